@@ -1,0 +1,205 @@
+"""The text-environment contract every agentgym environment follows.
+
+A :class:`TextEnv` is a :class:`gymnasium.Env` whose observations and actions are strings. It adds
+three things to Gymnasium's contract and nothing else:
+
+* the standard ``info`` keys of :class:`EnvInfo`, which the rollout engine, the trainers and the
+  harness read (``state_key`` for GiGPO's anchor groups, ``action_valid`` for grounding, ...);
+* async twins :meth:`TextEnv.areset` / :meth:`TextEnv.astep`, which IO-bound envs override;
+* the rule that a bad *action* never raises: the env answers with an observation that explains the
+  problem and ``info["action_valid"] = False``. Bad *arguments* (to ``make``/``__init__``, or an
+  action that is not a ``str`` at all) raise clear errors.
+
+Action text reaches an env already extracted from the model's response (see
+``agentgym.policies.prompting``); the helpers at the bottom of this module (:func:`extract_tag`,
+:func:`normalize_action`, :func:`match_action`) are shared by both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import string
+from typing import Any, ClassVar, Iterable, TypedDict
+
+import gymnasium as gym
+from gymnasium import spaces
+
+__all__ = [
+    "EnvInfo",
+    "INFO_KEYS",
+    "TextEnv",
+    "UnicodeText",
+    "coerce_action",
+    "extract_tag",
+    "match_action",
+    "normalize_action",
+]
+
+#: Longest observation an env may return, in characters.
+MAX_OBSERVATION_CHARS = 1 << 20
+#: Longest action the action space describes, in characters. Longer actions are still answered
+#: (with an invalid-action observation), never rejected with an exception.
+MAX_ACTION_CHARS = 1 << 16
+
+
+class UnicodeText(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` whose membership test accepts any Unicode string.
+
+    Gymnasium's ``Text`` checks every character against a finite charset, which free text (and an
+    observation that quotes the agent's action back) cannot promise. Membership here only bounds
+    the length; :meth:`sample` still draws from printable ASCII so that random agents and
+    ``check_env`` work.
+    """
+
+    def __init__(self, max_length: int, *, min_length: int = 0, seed: int | None = None):
+        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+
+class EnvInfo(TypedDict, total=False):
+    """The standard keys of the ``info`` dict returned by ``reset`` and ``step``.
+
+    Every key is optional in the type, but the rules below say when an env must set it. Envs may
+    add their own keys; these names are reserved for the meanings given here.
+    """
+
+    task_id: str
+    """Stable id of the task. ``reset(options={"task_id": t})`` selects it; set on every call."""
+    instruction: str
+    """The task as the agent should read it; set on every call."""
+    state_key: str
+    """Canonical key of the env state *after* this call, used to form GiGPO anchor groups.
+    Equal keys mean equal states, not merely equal text: hidden state (inventory, closed
+    containers, ...) is part of the key. Set on every call by envs that support step-level
+    credit."""
+    action_valid: bool
+    """Whether the action parsed and was admissible. Set by every ``step``."""
+    admissible_actions: list[str]
+    """Optional list of the actions that are valid in the current state."""
+    success: bool
+    """Whether the task was solved. Set by every ``step``; meaningful at episode end."""
+    ground_truth: str
+    """The answer the task expects (search/QA). Never shown to the agent."""
+    error: str
+    """Infrastructure failure text. An episode with an error is truncated; the batch goes on."""
+
+
+#: The reserved ``info`` keys, in documentation order.
+INFO_KEYS: tuple[str, ...] = tuple(EnvInfo.__annotations__)
+
+class TextEnv(gym.Env[str, str]):
+    """Base class of agentgym environments: a Gymnasium env with text observations and actions.
+
+    Subclasses implement Gymnasium's ``reset`` and ``step`` as usual (calling
+    ``super().reset(seed=seed)`` first, so that ``self.np_random`` is seeded) and
+    :meth:`render_text`. Contract, on top of Gymnasium's:
+
+    * ``reset(seed=s, options={"task_id": t})`` reproduces the same start state in any process;
+      ``reset(seed=s)`` alone draws the task from ``s``. Nothing may depend on Python's salted
+      ``hash()`` of strings.
+    * ``info`` follows :class:`EnvInfo`: ``task_id``, ``instruction`` on every call;
+      ``action_valid`` and ``success`` on every ``step``.
+    * ``step`` with a ``str`` action never raises because of the action's content (empty, huge,
+      binary junk, any Unicode): it returns an explanatory observation with
+      ``action_valid=False``. A non-``str`` action raises ``TypeError`` (see
+      :func:`coerce_action`).
+    * Returned observations and infos are fresh objects on every call.
+
+    Class attributes: ``family`` names the env family (used by prompting and reports).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
+    family: ClassVar[str] = "misc"
+
+    observation_space: UnicodeText = UnicodeText(MAX_OBSERVATION_CHARS)
+    action_space: UnicodeText = UnicodeText(MAX_ACTION_CHARS)
+
+    def __init__(self, render_mode: str | None = None):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is not supported by {type(self).__name__}; "
+                f"choose one of {self.metadata['render_modes']} or None"
+            )
+        self.render_mode = render_mode
+        # Per-instance spaces, so that seeding one env's action space leaves the others alone.
+        self.observation_space = UnicodeText(MAX_OBSERVATION_CHARS)
+        self.action_space = UnicodeText(MAX_ACTION_CHARS)
+
+    def render_text(self) -> str:
+        """A text picture of the current state, for people (``render``)."""
+        raise NotImplementedError
+
+    def render(self) -> str | None:  # type: ignore[override]
+        """``"ansi"`` returns :meth:`render_text`; ``"human"`` prints it; ``None`` does nothing."""
+        if self.render_mode is None:
+            return None
+        text = self.render_text()
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """Async twin of ``reset``. Default: run ``reset`` in a worker thread."""
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Async twin of ``step``. Default: run ``step`` in a worker thread."""
+        return await asyncio.to_thread(self.step, action)
+
+
+def coerce_action(action: Any) -> str:
+    """Return ``action`` if it is a ``str`` (``np.str_`` included), else raise ``TypeError``.
+
+    The content is not checked here: bad content is the env's to answer as an invalid action.
+    """
+    if isinstance(action, str):
+        return str(action)
+    raise TypeError(f"actions are text: expected str, got {type(action).__name__}: {action!r:.60}")
+
+
+_WS = re.compile(r"\s+")
+_EDGE_JUNK = " \t\r\n\"'`.,;:!?*"
+
+
+def normalize_action(text: str) -> str:
+    """Canonical form for comparing actions: lowercased, whitespace collapsed to single spaces,
+    surrounding quotes/punctuation/markdown emphasis stripped.
+
+    >>> normalize_action("  **Go  to\\tCabinet 1.** ")
+    'go to cabinet 1'
+    """
+    return _WS.sub(" ", text).strip(_EDGE_JUNK).lower()
+
+
+def extract_tag(text: str, tag: str = "action") -> str | None:
+    """Content of the last complete ``<tag>...</tag>`` pair in ``text``, stripped; ``None`` if
+    there is none. Tags match case-insensitively; content may span lines.
+
+    >>> extract_tag("I think <action>up</action> then <action> left </action>")
+    'left'
+    """
+    name = re.escape(tag)
+    matches = re.findall(rf"<{name}>(.*?)</{name}>", text, flags=re.IGNORECASE | re.DOTALL)
+    return matches[-1].strip() if matches else None
+
+
+def match_action(text: str, candidates: Iterable[str]) -> str | None:
+    """The candidate equal to ``text`` after :func:`normalize_action` of both, or ``None``.
+
+    Matching is exact on the normalized forms: no fuzzy guessing, so that an agent is credited
+    only for actions it actually wrote.
+    """
+    wanted = normalize_action(text)
+    for candidate in candidates:
+        if normalize_action(candidate) == wanted:
+            return candidate
+    return None

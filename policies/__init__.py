@@ -1,0 +1,1 @@
+"""LLM policies: vLLM, transformers, scripted baselines, and prompting."""

@@ -1,0 +1,1 @@
+"""Trainers: turn-level credit assignment, losses, the learner and the training loop."""
