@@ -111,11 +111,16 @@ class TextEnv(gym.Env[str, str]):
       :func:`coerce_action`).
     * Returned observations and infos are fresh objects on every call.
 
-    Class attributes: ``family`` names the env family (used by prompting and reports).
+    Class attributes: ``family`` names the env family (used by prompting and reports);
+    ``step_in_thread`` says whether the default async twins run ``reset``/``step`` in a worker
+    thread (right for anything that blocks) or directly on the event loop (right for pure-Python
+    envs whose step takes microseconds, where a thread hop would cost more than the step).
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"]}
+    # render_fps only silences the checker: text renders once per call.
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
     family: ClassVar[str] = "misc"
+    step_in_thread: ClassVar[bool] = True
 
     observation_space: UnicodeText = UnicodeText(MAX_OBSERVATION_CHARS)
     action_space: UnicodeText = UnicodeText(MAX_ACTION_CHARS)
@@ -148,11 +153,15 @@ class TextEnv(gym.Env[str, str]):
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        """Async twin of ``reset``. Default: run ``reset`` in a worker thread."""
+        """Async twin of ``reset``. Default: ``reset`` in a worker thread (see ``step_in_thread``)."""
+        if not self.step_in_thread:
+            return self.reset(seed=seed, options=options)
         return await asyncio.to_thread(self.reset, seed=seed, options=options)
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        """Async twin of ``step``. Default: run ``step`` in a worker thread."""
+        """Async twin of ``step``. Default: ``step`` in a worker thread (see ``step_in_thread``)."""
+        if not self.step_in_thread:
+            return self.step(action)
         return await asyncio.to_thread(self.step, action)
 
 

@@ -1,0 +1,124 @@
+"""The ``agentgym`` command.
+
+    agentgym list [--family F]          every registered env, plugins included
+    agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
+    agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
+    agentgym --version
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+import agentgym
+
+console = Console()
+
+
+def _parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
+    """``["size=[6, 6]", "num_boxes=2"]`` -> ``{"size": [6, 6], "num_boxes": 2}`` (YAML values)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"agentgym: expected KEY=VALUE, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    envs = {
+        env_id: m for env_id, m in agentgym.list_envs().items()
+        if args.family is None or m.family == args.family
+    }
+    table = Table(title=f"agentgym environments ({len(envs)})")
+    for column in ("id", "family", "description", "plugin", "extras"):
+        table.add_column(column, overflow="fold")
+    for env_id, m in envs.items():
+        table.add_row(env_id, m.family, m.description, m.plugin, ", ".join(m.extras))
+    console.print(table)
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    try:
+        env = agentgym.make(args.env_id, **_parse_assignments(args.set))
+    except (agentgym.UnknownEnvError, TypeError, ValueError) as exc:
+        console.print(f"[red]agentgym play:[/red] {exc}", highlight=False)
+        return 2
+    options = {"task_id": args.task_id} if args.task_id else None
+    obs, info = env.reset(seed=args.seed, options=options)
+    console.rule(f"{args.env_id}  task {info.get('task_id', '?')}")
+    if info.get("instruction"):
+        console.print(f"[bold]Task:[/bold] {info['instruction']}", highlight=False)
+    console.print("Type an action; ':actions' lists the valid ones; Ctrl-D quits.\n", style="dim")
+    console.print(obs, highlight=False, markup=False)
+    total, turns = 0.0, 0
+    try:
+        while True:
+            try:
+                action = input("action> ")
+            except EOFError:
+                console.print("\nbye")
+                return 0
+            if action.strip() == ":actions":
+                console.print(", ".join(info.get("admissible_actions") or ["(not listed)"]), markup=False)
+                continue
+            obs, reward, terminated, truncated, info = env.step(action)
+            total, turns = total + float(reward), turns + 1
+            console.print(obs, highlight=False, markup=False)
+            note = "" if info.get("action_valid", True) else "  [red](invalid action)[/red]"
+            console.print(f"[dim]reward {reward:+.2f}  return {total:+.2f}  turn {turns}[/dim]{note}")
+            if terminated or truncated:
+                outcome = "solved" if info.get("success") else ("out of turns" if truncated else "over")
+                console.print(f"[bold]Episode {outcome}[/bold] after {turns} turns, return {total:+.2f}")
+                return 0
+    except KeyboardInterrupt:
+        console.print("\ninterrupted")
+        return 130
+    finally:
+        env.close()
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from agentgym.harness.eval import run_eval_cli
+
+    return run_eval_cli(args.overrides)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentgym", description="A gym for LLM agents.")
+    parser.add_argument("--version", action="version", version=f"agentgym {agentgym.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list registered environments")
+    p.add_argument("--family", help="only this env family")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("play", help="play an environment in the terminal")
+    p.add_argument("env_id")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--task-id", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="env constructor argument (YAML value); repeatable")
+    p.set_defaults(func=cmd_play)
+
+    p = sub.add_parser("eval", help="evaluate a policy on environments (Hydra overrides)")
+    p.add_argument("overrides", nargs="*", help="e.g. env=agentgym/Sokoban-v0 episodes=16")
+    p.set_defaults(func=cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

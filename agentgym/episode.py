@@ -1,0 +1,211 @@
+"""Recorded interaction: :class:`Turn`, :class:`Episode`, JSONL files, and the columnar
+:class:`TurnTable` that trainers read.
+
+One :class:`Turn` is one policy call and one env step. Its ``state_key`` is the key of the state
+the agent acted *from* (the previous step's ``info["state_key"]``), which is what GiGPO groups on;
+its ``reward`` and ``info`` are what the env answered.
+
+Token data comes from the generator and is stored as given (never re-tokenized): ``prompt_ids``
+is the exact prompt the policy saw, ``response_ids``/``response_logprobs`` the sampled tokens and
+their log-probabilities under the sampling policy (natural log, one per response token).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["Episode", "EpisodeFileError", "Turn", "TurnTable", "load_episodes", "save_episodes",
+           "to_dataset"]
+
+
+@dataclass
+class Turn:
+    """One agent decision and the env's answer to it."""
+
+    observation: str
+    """The env text the agent answered (the newest observation in its prompt)."""
+    action: str
+    """The action sent to the env (extracted from ``response_text``)."""
+    action_valid: bool
+    """Whether the response had the action format and the env accepted the action."""
+    reward: float
+    state_key: str | None = None
+    """Key of the state acted from (pre-action); ``None`` when the env gives none."""
+    response_text: str = ""
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+    policy_version: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    """The env's ``info`` after the step (JSON-safe values)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per phase: ``generate``, ``step``."""
+
+
+@dataclass
+class Episode:
+    """One run of one agent through one task. A group is the episodes sharing ``group_id``."""
+
+    episode_id: str
+    env_id: str
+    task_id: str
+    group_id: str
+    seed: int | None
+    agent: str = "agent"
+    instruction: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+    success: bool = False
+    outcome: float = 0.0
+    """Outcome reward R: the sum of turn rewards unless the env reports its own."""
+    ground_truth: str | None = None
+    error: str | None = None
+    """Infrastructure failure (env crash, policy error, timeout); such an episode is truncated
+    and must not be counted as an agent failure."""
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Episode:
+        """Inverse of :meth:`to_dict`; unknown keys raise ``TypeError``."""
+        data = dict(data)
+        data["turns"] = [Turn(**t) for t in data.get("turns", [])]
+        return cls(**data)
+
+
+class EpisodeFileError(ValueError):
+    """A line of an episodes JSONL file is not a valid episode."""
+
+
+def save_episodes(path: str | os.PathLike[str], episodes: Iterable[Episode], *,
+                  append: bool = False, fsync: bool = False) -> None:
+    """Write episodes as JSONL, one episode per line (``append`` adds to an existing file).
+
+    With ``fsync`` each line is flushed to disk before the next is written, so that a killed
+    process loses at most the line being written.
+    """
+    with open(path, "a" if append else "w", encoding="utf-8") as fh:
+        for episode in episodes:
+            fh.write(json.dumps(episode.to_dict(), ensure_ascii=False) + "\n")
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+
+
+def iter_episodes(path: str | os.PathLike[str]) -> Iterator[Episode]:
+    """Yield the episodes of a JSONL file; a bad line raises :class:`EpisodeFileError` naming it."""
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield Episode.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, AttributeError) as exc:
+                raise EpisodeFileError(f"{path}:{number}: not a valid episode: {exc}") from exc
+
+
+def load_episodes(path: str | os.PathLike[str]) -> list[Episode]:
+    """All episodes of a JSONL file written by :func:`save_episodes`."""
+    return list(iter_episodes(path))
+
+
+def to_dataset(episodes: Sequence[Episode]):  # -> datasets.Dataset
+    """One row per turn, episode fields prefixed ``episode_``, as a Hugging Face ``Dataset``.
+
+    Needs the ``datasets`` package.
+    """
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ImportError("to_dataset needs the `datasets` package: pip install datasets") from exc
+    episode_fields = [f.name for f in fields(Episode) if f.name != "turns"]
+    rows = []
+    for ep in episodes:
+        head = {f"episode_{name}": getattr(ep, name) for name in episode_fields}
+        for index, turn in enumerate(ep.turns):
+            row = asdict(turn)
+            row["info"] = json.dumps(row["info"], ensure_ascii=False)
+            rows.append({**head, "turn_index": index, **row})
+    return datasets.Dataset.from_list(rows)
+
+
+@dataclass(frozen=True)
+class TurnTable:
+    """Columnar view of a batch of episodes: one row per turn, rows ordered episode by episode.
+
+    All arrays of the row axis have the same length. Codes are dense ints assigned in order of
+    first appearance: ``group`` codes distinct ``group_id``s, ``episode`` indexes ``episodes``,
+    ``state`` codes distinct state keys exactly (string equality, no hashing), ``-1`` when the
+    turn has no key.
+    """
+
+    episodes: tuple[Episode, ...]
+    group: np.ndarray  # int64 [rows]
+    episode: np.ndarray  # int64 [rows]
+    turn: np.ndarray  # int64 [rows], position within its episode
+    reward: np.ndarray  # float64 [rows]
+    state: np.ndarray  # int64 [rows]
+    valid: np.ndarray  # bool [rows]
+    episode_group: np.ndarray  # int64 [episodes]
+    episode_outcome: np.ndarray  # float64 [episodes]
+    episode_success: np.ndarray  # bool [episodes]
+    episode_length: np.ndarray  # int64 [episodes]
+
+    @classmethod
+    def from_episodes(cls, episodes: Sequence[Episode]) -> TurnTable:
+        episodes = tuple(episodes)
+        lengths = np.array([ep.num_turns for ep in episodes], dtype=np.int64)
+        group_codes: dict[str, int] = {}
+        episode_group = np.array(
+            [group_codes.setdefault(ep.group_id, len(group_codes)) for ep in episodes], dtype=np.int64
+        )
+        turns = [t for ep in episodes for t in ep.turns]
+        state_codes: dict[str, int] = {}
+        state = np.array(
+            [-1 if t.state_key is None else state_codes.setdefault(t.state_key, len(state_codes))
+             for t in turns],
+            dtype=np.int64,
+        )
+        episode = np.repeat(np.arange(len(episodes), dtype=np.int64), lengths)
+        starts = np.cumsum(lengths) - lengths
+        return cls(
+            episodes=episodes,
+            group=episode_group[episode],
+            episode=episode,
+            turn=np.arange(len(turns), dtype=np.int64) - np.repeat(starts, lengths),
+            reward=np.array([t.reward for t in turns], dtype=np.float64),
+            state=state,
+            valid=np.array([t.action_valid for t in turns], dtype=bool),
+            episode_group=episode_group,
+            episode_outcome=np.array([ep.outcome for ep in episodes], dtype=np.float64),
+            episode_success=np.array([ep.success for ep in episodes], dtype=bool),
+            episode_length=lengths,
+        )
+
+    def __len__(self) -> int:
+        return len(self.reward)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.episode_group.max()) + 1 if len(self.episode_group) else 0
+
+    def turns(self) -> Iterator[Turn]:
+        """The turns in row order."""
+        return (t for ep in self.episodes for t in ep.turns)
+

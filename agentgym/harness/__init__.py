@@ -1,0 +1,1 @@
+"""The evaluation harness: configured runs, results stores and reports."""

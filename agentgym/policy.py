@@ -1,0 +1,69 @@
+"""The policy contract: what the rollout engine asks of any generator of agent responses.
+
+A :class:`Policy` turns :class:`GenerationRequest` s into :class:`Generation` s, many at once
+(``generate`` receives every request that is ready; implementations batch them). LLM policies
+read ``messages``; scripted baselines may read ``observation`` and ``info`` instead. Either way the
+response is free text from which the action is extracted by the prompter
+(``agentgym.policies.prompting``), so that every policy is scored by the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["Generation", "GenerationRequest", "Policy", "SamplingParams"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings of one request."""
+
+    max_tokens: int = 256
+    """Upper bound on response tokens."""
+    temperature: float = 1.0
+    """0 means greedy."""
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+
+
+@dataclass
+class GenerationRequest:
+    """One call for an agent response."""
+
+    messages: list[dict[str, str]]
+    """Chat messages (``role``/``content``), system prompt first, newest observation last."""
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    """Sampling seed of this request; the rollout engine derives it from (task seed, group
+    member, turn) so that runs are reproducible whatever the scheduling."""
+    observation: str = ""
+    """The newest observation, as plain text."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """The env info that came with it (``admissible_actions``, ...). Never shown to LLMs."""
+
+
+@dataclass
+class Generation:
+    """A response and the exact token data behind it."""
+
+    text: str
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    """Natural-log probability of each response token under the sampling distribution."""
+    finish_reason: str | None = None
+    """``"stop"`` (end of sequence or stop string) or ``"length"`` (hit ``max_tokens``)."""
+    policy_version: int = 0
+    """Version of the weights that produced it (incremented by each weight push)."""
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that answers generation requests.
+
+    ``generate`` returns exactly one :class:`Generation` per request, in order. It may raise; the
+    rollout engine then truncates the affected episodes with the error and goes on.
+    """
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...

@@ -1,0 +1,385 @@
+"""The rollout engine: many episodes at once, each its own asyncio task.
+
+:func:`acollect` (and its blocking twin :func:`collect`) runs ``len(tasks) * group_size`` episodes
+with at most ``concurrency`` in flight. There are no lock-step rounds: an episode asks the policy
+for its next response as soon as its env has answered. Requests that become ready together are
+handed to the policy as one batch (:class:`RequestBatcher`), so that a local model generates them
+in one forward pass while a server-backed policy simply sees them concurrently.
+
+Failure isolation: an env that raises, a policy that raises, or a call that exceeds its timeout
+truncates only the affected episodes, with the cause in ``Episode.error``; the others go on. An
+env that failed is closed and never reused; every env is closed when collection ends, also on
+cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import gymnasium as gym
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from agentgym.env import TextEnv
+from agentgym.episode import Episode, Turn
+from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
+from agentgym.registry import make, manifest
+
+__all__ = ["RequestBatcher", "Task", "Timeouts", "acollect", "collect"]
+
+EnvFactory = Callable[[], gym.Env]
+
+
+@dataclass(frozen=True)
+class Task:
+    """A start state: ``reset(seed=seed, options={"task_id": task_id})``.
+
+    ``task_id=None`` lets the env draw the task from ``seed``.
+    """
+
+    task_id: str | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-call limits in seconds."""
+
+    reset: float = 120.0
+    step: float = 120.0
+    generate: float = 600.0
+
+
+class RequestBatcher:
+    """Gathers generation requests that are ready at the same time into one ``generate`` call.
+
+    Requests submitted during one event-loop iteration form a batch (at most ``max_batch``).
+    With ``max_inflight`` set (a local model that can run one batch at a time), requests that
+    arrive while the limit is reached wait and go out together when a batch finishes.
+    ``timeout`` (seconds) bounds each ``generate`` call, not the wait before it; a policy that
+    serves requests independently (a server) sets ``max_batch_size = 1`` so that each request
+    has its own call and its own timeout.
+    """
+
+    def __init__(self, policy: Policy, max_batch: int | None = None, max_inflight: int | None = None,
+                 timeout: float | None = None):
+        self.policy = policy
+        self.timeout = timeout
+        self.max_batch = max_batch
+        self.max_inflight = max_inflight
+        self._pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._flush_scheduled = False
+
+    def submit(self, request: GenerationRequest) -> asyncio.Future[Generation]:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((request, future))
+        self._schedule()
+        return future
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self._pending = [(r, f) for r, f in self._pending if not f.done()]
+        while self._pending and (self.max_inflight is None or len(self._inflight) < self.max_inflight):
+            size = self.max_batch or len(self._pending)
+            batch, self._pending = self._pending[:size], self._pending[size:]
+            task = asyncio.ensure_future(self._run(batch))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        try:
+            async with asyncio.timeout(self.timeout):
+                generations = await self.policy.generate(requests)
+        except TimeoutError:
+            raise TimeoutError(f"generate timed out after {self.timeout} s") from None
+        if len(generations) != len(requests):
+            raise RuntimeError(
+                f"{type(self.policy).__name__}.generate returned {len(generations)} "
+                f"generations for {len(requests)} requests"
+            )
+        return generations
+
+    async def _run(self, batch: list[tuple[GenerationRequest, asyncio.Future[Generation]]]) -> None:
+        try:
+            try:
+                results: list[Generation | BaseException] = list(
+                    await self._generate([r for r, _ in batch]))
+            except Exception:
+                if len(batch) == 1:
+                    raise
+                # One bad request must not fail its batch-mates: retry each alone.
+                singles = await asyncio.gather(*(self._generate([r]) for r, _ in batch),
+                                               return_exceptions=True)
+                results = [s if isinstance(s, BaseException) else s[0] for s in singles]
+        except Exception as exc:
+            results = [exc]
+        finally:
+            if self._pending:
+                self._schedule()
+        for (_, future), result in zip(batch, results):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    async def aclose(self) -> None:
+        """Cancel batches still running (their episodes have already ended)."""
+        for task in list(self._inflight):
+            task.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+
+
+class _EnvPool:
+    """Idle envs of one factory, reused across episodes. Envs that failed are closed instead."""
+
+    def __init__(self, factory: EnvFactory):
+        self.factory = factory
+        self.idle: list[gym.Env] = []
+        self.all: list[gym.Env] = []
+
+    def acquire(self) -> gym.Env:
+        if self.idle:
+            return self.idle.pop()
+        env = self.factory()
+        self.all.append(env)
+        return env
+
+    def release(self, env: gym.Env, healthy: bool) -> None:
+        if healthy:
+            self.idle.append(env)
+        else:
+            self.all.remove(env)
+            _close_quietly(env)
+
+    def close(self) -> None:
+        for env in self.all:
+            _close_quietly(env)
+        self.idle.clear()
+        self.all.clear()
+
+
+def _close_quietly(env: gym.Env) -> None:
+    try:
+        env.close()
+    except Exception:  # closing is best effort; the episode already carries the real error
+        pass
+
+
+def _async_api(env: gym.Env):
+    """(areset, astep, interruptible) for ``env``.
+
+    A :class:`TextEnv` is driven directly through its async twins (wrappers that
+    ``gymnasium.make`` added, such as the passive checker, are bypassed: the engine enforces
+    ``max_turns`` itself); any other env runs in a worker thread. ``interruptible`` is False for
+    a TextEnv that steps on the event loop: such a call cannot be timed out, so no timer is set.
+    """
+    core = env.unwrapped
+    if isinstance(core, TextEnv):
+        return core.areset, core.astep, core.step_in_thread
+
+    async def areset(*, seed=None, options=None):
+        return await asyncio.to_thread(env.reset, seed=seed, options=options)
+
+    async def astep(action):
+        return await asyncio.to_thread(env.step, action)
+
+    return areset, astep, True
+
+
+def request_seed(seed: int | None, member: int, turn: int) -> int | None:
+    """Sampling seed of one request, a function of (task seed, group member, turn) only."""
+    if seed is None:
+        return None
+    return (seed * 1_000_003 + member * 7_919 + turn) % (2**31 - 1)
+
+
+@dataclass
+class _Run:
+    """What every episode of one :func:`acollect` call shares."""
+
+    env_id: str
+    pool: _EnvPool
+    batcher: RequestBatcher
+    prompter: Any  # agentgym.policies.prompting.Prompter (duck-typed: core never imports it)
+    sampling: SamplingParams
+    max_turns: int
+    timeouts: Timeouts
+
+
+async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Episode:
+    episode = Episode(
+        episode_id=f"{group_id}#{member}", env_id=run.env_id, task_id=task.task_id or "",
+        group_id=group_id, seed=task.seed,
+    )
+    env, healthy, phase = None, True, "env creation"
+    try:
+        env = run.pool.acquire()
+        areset, astep, interruptible = _async_api(env)
+        step_timeout = run.timeouts.step if interruptible else None
+        phase = "reset"
+        options = {"task_id": task.task_id} if task.task_id is not None else None
+        async with asyncio.timeout(run.timeouts.reset):
+            obs, info = await areset(seed=task.seed, options=options)
+        episode.task_id = str(info.get("task_id", episode.task_id))
+        episode.instruction = info.get("instruction", "")
+        episode.ground_truth = info.get("ground_truth")
+        system = run.prompter.system(episode.instruction)
+        past: list[tuple[str, str]] = []
+        for turn_index in range(run.max_turns):
+            phase = "generate"
+            request = GenerationRequest(
+                messages=run.prompter.messages(system, past, obs, info.get("admissible_actions")),
+                sampling=run.sampling, seed=request_seed(task.seed, member, turn_index),
+                observation=obs, info=info,
+            )
+            start = time.perf_counter()
+            generation = await run.batcher.submit(request)
+            generated = time.perf_counter()
+            action = run.prompter.parse(generation.text)
+            phase = "step"
+            async with asyncio.timeout(step_timeout):
+                next_obs, reward, terminated, truncated, next_info = await astep(action or "")
+            episode.turns.append(Turn(
+                observation=obs, action=action or "",
+                action_valid=action is not None and bool(next_info.get("action_valid", True)),
+                reward=float(reward), state_key=info.get("state_key"),
+                response_text=generation.text, prompt_ids=generation.prompt_ids,
+                response_ids=generation.response_ids, response_logprobs=generation.logprobs,
+                finish_reason=generation.finish_reason, policy_version=generation.policy_version,
+                info=next_info,
+                timings={"generate": generated - start, "step": time.perf_counter() - generated},
+            ))
+            past.append((obs, generation.text))
+            obs, info = next_obs, next_info
+            if terminated or truncated:
+                episode.terminated, episode.truncated = bool(terminated), bool(truncated)
+                break
+        else:
+            episode.truncated = True
+        episode.success = bool(info.get("success", False))
+    except TimeoutError:
+        episode.error = f"{phase} timed out after {getattr(run.timeouts, phase)} s"
+        healthy = phase == "generate"
+    except Exception as exc:
+        episode.error = f"{phase} failed: {type(exc).__name__}: {exc}"
+        healthy = phase == "generate"
+    finally:
+        if env is not None:
+            run.pool.release(env, healthy)
+    if episode.error:
+        episode.truncated, episode.terminated, episode.success = True, False, False
+    episode.outcome = sum(t.reward for t in episode.turns)
+    return episode
+
+
+def _group_id(env_id: str, task: Task) -> str:
+    return f"{env_id}|{task.task_id if task.task_id is not None else '-'}|{task.seed}"
+
+
+async def acollect(
+    env: str | EnvFactory,
+    policy: Policy,
+    tasks: Iterable[Task],
+    *,
+    group_size: int = 1,
+    max_turns: int = 30,
+    concurrency: int = 64,
+    prompter: Any = None,
+    sampling: SamplingParams | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    timeouts: Timeouts | None = None,
+    progress: bool = True,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
+    """Run ``group_size`` episodes of every task and return them in (task, member) order.
+
+    Args:
+        env: an env id (made with ``env_kwargs``) or a factory returning a fresh env.
+        policy: any :class:`~agentgym.policy.Policy`. Its optional attributes ``max_batch_size``
+            and ``max_concurrent_batches`` tune request batching.
+        tasks: start states; each yields one group of ``group_size`` episodes that share the task
+            and the seed (their sampling seeds differ).
+        max_turns: turns after which an unfinished episode is truncated.
+        concurrency: episodes in flight at once.
+        prompter: message builder and action parser; default
+            ``agentgym.policies.prompting.Prompter`` for the env's family.
+        on_episode: called with each finished episode, in completion order (e.g. to append it to
+            a file as soon as it ends).
+    """
+    if group_size < 1 or max_turns < 1 or concurrency < 1:
+        raise ValueError(f"group_size, max_turns and concurrency must be >= 1, got "
+                         f"{group_size}, {max_turns}, {concurrency}")
+    tasks = list(tasks)
+    if isinstance(env, str):
+        env_id, factory = env, (lambda: make(env_id, **(env_kwargs or {})))
+        family = manifest(env_id).family
+    else:
+        env_id, factory, family = getattr(env, "env_id", getattr(env, "__name__", "env")), env, None
+    if prompter is None:
+        from agentgym.policies.prompting import Prompter  # default only; no core dependency
+
+        prompter = Prompter(family=family or "misc")
+    run = _Run(
+        env_id=env_id, pool=_EnvPool(factory),
+        batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
+                               getattr(policy, "max_concurrent_batches", None),
+                               (timeouts or Timeouts()).generate),
+        prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
+        timeouts=timeouts or Timeouts(),
+    )
+    slots = asyncio.Semaphore(concurrency)
+    total = len(tasks) * group_size
+    stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
+    started = time.perf_counter()
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress,
+    )
+    bar_id = bar.add_task(env_id, total=total, status="")
+
+    async def one(task: Task, member: int) -> Episode:
+        async with slots:
+            episode = await _run_episode(run, task, _group_id(env_id, task), member)
+        stats["turns"] += episode.num_turns
+        stats["done"] += 1
+        stats["success"] += episode.success
+        stats["errors"] += episode.error is not None
+        rate = stats["turns"] / max(time.perf_counter() - started, 1e-9)
+        bar.update(bar_id, advance=1, status=(
+            f"success {stats['success'] / stats['done']:.0%}  {rate:,.0f} turns/s"
+            + (f"  [red]{stats['errors']} errors[/red]" if stats["errors"] else "")))
+        if on_episode is not None:
+            on_episode(episode)
+        return episode
+
+    with bar:
+        try:
+            async with asyncio.TaskGroup() as group:
+                running = [group.create_task(one(t, m)) for t in tasks for m in range(group_size)]
+            return [r.result() for r in running]
+        finally:
+            await run.batcher.aclose()
+            run.pool.close()
+
+
+def collect(*args: Any, **kwargs: Any) -> list[Episode]:
+    """Blocking :func:`acollect` (starts an event loop; inside one, await ``acollect``)."""
+    return asyncio.run(acollect(*args, **kwargs))
+
+
+def default_tasks(count: int, seed: int = 0, task_ids: Sequence[str] | None = None) -> list[Task]:
+    """``count`` tasks: the given ids cycled (each with seed ``seed + i``), or env-drawn tasks
+    from seeds ``seed .. seed + count - 1``."""
+    if task_ids:
+        return [Task(task_ids[i % len(task_ids)], seed + i) for i in range(count)]
+    return [Task(None, seed + i) for i in range(count)]

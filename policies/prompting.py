@@ -1,0 +1,89 @@
+"""From env text to chat messages, and from a model's response back to an env action.
+
+The chat has the shape that multi-turn agents are trained on::
+
+    system:    how to act + the task (instruction)
+    user:      observation 1            ┐ the last ``history`` turns
+    assistant: response 1               ┘ (all of them when ``history`` is None)
+    user:      current observation (+ admissible actions when the env lists them)
+
+An action is the content of the last ``<action>...</action>`` in a response (the tag is
+configurable). A response without it has a broken format: the turn is marked invalid and the env
+receives an empty action, which every env answers as invalid, so that the episode clock still
+advances.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from agentgym.env import extract_tag
+
+__all__ = ["FAMILY_PROMPTS", "Prompter"]
+
+_FORMAT = (
+    "Think briefly if you need to, then give exactly one action inside "
+    "<{tag}></{tag}>, for example <{tag}>{example}</{tag}>."
+)
+
+FAMILY_PROMPTS: dict[str, tuple[str, str]] = {
+    # family: (role description, example action)
+    "textgames": ("You are an expert player of text games. Each turn you see the game's "
+                  "answer to your last action.", "look"),
+    "misc": ("You are an agent that solves tasks step by step in a text environment.", "look"),
+}
+
+
+@dataclass(frozen=True)
+class Prompter:
+    """Builds chat messages for one env family and extracts actions from responses."""
+
+    family: str = "misc"
+    history: int | None = 2
+    """Past turns kept in the prompt (verl-agent uses 2); ``None`` keeps all of them."""
+    action_tag: str = "action"
+    show_admissible: bool = True
+    """Append the env's ``admissible_actions`` (when given) to the current observation."""
+    system_prompt: str | None = None
+    """Replaces the family's role description when set."""
+
+    def __post_init__(self) -> None:
+        if self.history is not None and self.history < 0:
+            raise ValueError(f"history must be >= 0 or None, got {self.history}")
+
+    def system(self, instruction: str) -> str:
+        role, example = FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
+        text = self.system_prompt or role
+        fmt = _FORMAT.format(tag=self.action_tag, example=example)
+        return f"{text}\n{fmt}" + (f"\n\nYour task: {instruction}" if instruction else "")
+
+    def user(self, observation: str, admissible: Sequence[str] | None = None) -> str:
+        if self.show_admissible and admissible:
+            return f"{observation}\n\nAvailable actions: {', '.join(admissible)}"
+        return observation
+
+    def messages(
+        self,
+        system: str,
+        past: Sequence[tuple[str, str]],
+        observation: str,
+        admissible: Sequence[str] | None = None,
+    ) -> list[dict[str, str]]:
+        """Chat for the next decision. ``system`` is :meth:`system` of the episode's instruction
+        (computed once per episode); ``past`` holds (observation, response) of earlier turns,
+        oldest first, of which only the last ``history`` are kept."""
+        kept = past if self.history is None else past[max(0, len(past) - self.history):]
+        messages = [{"role": "system", "content": system}]
+        for obs, response in kept:
+            messages += [{"role": "user", "content": obs}, {"role": "assistant", "content": response}]
+        messages.append({"role": "user", "content": self.user(observation, admissible)})
+        return messages
+
+    def parse(self, response: str) -> str | None:
+        """The action in ``response``, or ``None`` when the format is broken."""
+        return extract_tag(response, self.action_tag)
+
+    def format_action(self, action: str) -> str:
+        """A response that carries ``action`` in this prompter's format (for scripted policies)."""
+        return f"<{self.action_tag}>{action}</{self.action_tag}>"
