@@ -14,11 +14,11 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
-               check: bool = True) -> subprocess.CompletedProcess[str]:
+               check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this venv; return the finished process."""
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=timeout)
+                          env=full_env, timeout=timeout, cwd=cwd)
     if check and proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stderr}")
     return proc

@@ -1,0 +1,31 @@
+"""`pip install .` (a real wheel, not the editable checkout) maps envs/, policies/, trainers/
+into the agentgym namespace and ships the Hydra configs and the entry point."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT, run_python
+
+
+def test_wheel_install_imports_everything(tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+         "--target", str(target), str(ROOT)],
+        check=True, capture_output=True, text=True, timeout=300,
+    )
+    code = (
+        "import agentgym, agentgym.envs.textgames.sokoban, agentgym.envs.textgames.household\n"
+        "import agentgym.policies.scripted, agentgym.trainers\n"
+        "from agentgym.harness.eval import compose_eval_config\n"
+        "mods = [agentgym, agentgym.envs.textgames.sokoban, agentgym.policies.scripted, agentgym.trainers]\n"
+        f"assert all(m.__file__.startswith({str(target)!r}) for m in mods), [m.__file__ for m in mods]\n"
+        "assert compose_eval_config(['env=agentgym/Household-v0']).env == 'agentgym/Household-v0'\n"
+        "assert agentgym.list_envs()['agentgym/Sokoban-v0'].plugin == 'textgames'\n"
+        "print('OK')"
+    )
+    proc = run_python(code, env={"PYTHONPATH": str(target)}, cwd=tmp_path)
+    assert proc.stdout.strip() == "OK"
+    assert (target / "bin" / "agentgym").exists()
