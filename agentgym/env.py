@@ -18,6 +18,7 @@ Action text reaches an env already extracted from the model's response (see
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import string
 from typing import Any, ClassVar, Iterable, TypedDict
@@ -196,9 +197,14 @@ def extract_tag(text: str, tag: str = "action") -> str | None:
     >>> extract_tag("I think <action>up</action> then <action> left </action>")
     'left'
     """
-    name = re.escape(tag)
-    matches = re.findall(rf"<{name}>(.*?)</{name}>", text, flags=re.IGNORECASE | re.DOTALL)
+    matches = _tag_pattern(tag).findall(text)
     return matches[-1].strip() if matches else None
+
+
+@functools.lru_cache(maxsize=64)
+def _tag_pattern(tag: str) -> re.Pattern[str]:
+    name = re.escape(tag)
+    return re.compile(rf"<{name}>(.*?)</{name}>", flags=re.IGNORECASE | re.DOTALL)
 
 
 def match_action(text: str, candidates: Iterable[str]) -> str | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import gymnasium as gym
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,6 +30,7 @@ from agentgym.registry import make, manifest
 __all__ = ["RequestBatcher", "Task", "Timeouts", "acollect", "collect"]
 
 EnvFactory = Callable[[], gym.Env]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,14 @@ def _async_api(env: gym.Env):
     return areset, astep, True
 
 
+async def _bounded(call: Awaitable[T], seconds: float | None) -> T:
+    """``await call`` within ``seconds`` (no timer at all when ``seconds`` is None)."""
+    if seconds is None:
+        return await call
+    async with asyncio.timeout(seconds):
+        return await call
+
+
 def request_seed(seed: int | None, member: int, turn: int) -> int | None:
     """Sampling seed of one request, a function of (task seed, group member, turn) only."""
     if seed is None:
@@ -225,11 +234,11 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
     try:
         env = run.pool.acquire()
         areset, astep, interruptible = _async_api(env)
-        step_timeout = run.timeouts.step if interruptible else None
+        reset_timeout, step_timeout = ((run.timeouts.reset, run.timeouts.step) if interruptible
+                                       else (None, None))
         phase = "reset"
         options = {"task_id": task.task_id} if task.task_id is not None else None
-        async with asyncio.timeout(run.timeouts.reset):
-            obs, info = await areset(seed=task.seed, options=options)
+        obs, info = await _bounded(areset(seed=task.seed, options=options), reset_timeout)
         episode.task_id = str(info.get("task_id", episode.task_id))
         episode.instruction = info.get("instruction", "")
         episode.ground_truth = info.get("ground_truth")
@@ -247,8 +256,8 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             generated = time.perf_counter()
             action = run.prompter.parse(generation.text)
             phase = "step"
-            async with asyncio.timeout(step_timeout):
-                next_obs, reward, terminated, truncated, next_info = await astep(action or "")
+            next_obs, reward, terminated, truncated, next_info = await _bounded(
+                astep(action or ""), step_timeout)
             episode.turns.append(Turn(
                 observation=obs, action=action or "",
                 action_valid=action is not None and bool(next_info.get("action_valid", True)),
