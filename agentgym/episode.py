@@ -148,10 +148,11 @@ class TurnTable:
     All arrays of the row axis have the same length. Codes are dense ints assigned in order of
     first appearance: ``group`` codes distinct ``group_id``s, ``episode`` indexes ``episodes``,
     ``state`` codes distinct state keys exactly (string equality, no hashing), ``-1`` when the
-    turn has no key.
+    turn has no key; ``state_keys[code]`` is the key itself.
     """
 
     episodes: tuple[Episode, ...]
+    state_keys: tuple[str, ...]
     group: np.ndarray  # int64 [rows]
     episode: np.ndarray  # int64 [rows]
     turn: np.ndarray  # int64 [rows], position within its episode
@@ -182,6 +183,7 @@ class TurnTable:
         starts = np.cumsum(lengths) - lengths
         return cls(
             episodes=episodes,
+            state_keys=tuple(state_codes),
             group=episode_group[episode],
             episode=episode,
             turn=np.arange(len(turns), dtype=np.int64) - np.repeat(starts, lengths),

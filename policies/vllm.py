@@ -1,0 +1,435 @@
+"""vLLM behind its OpenAI-compatible server: a process manager and a token-exact policy.
+
+:class:`VLLMServer` runs ``python -m vllm.entrypoints.openai.api_server`` as a child process
+group (with the flags that work on CPU when there is no GPU), waits until it is healthy and
+always stops it. :class:`VLLMPolicy` drives any such server over HTTP: prompts are built with
+:func:`~agentgym.policies.models.encode_chat` and sent as token ids, and the response token ids
+and their logprobs come back from the server, so a trainer sees exactly what the sampler saw.
+
+Servers started by :class:`VLLMServer` report logprobs under the sampling distribution
+(``--logprobs-mode processed_logprobs``: after temperature and top-p, renormalized), which is the
+:class:`~agentgym.policy.Generation` contract; a server started elsewhere without that flag
+reports logprobs at temperature 1 without top-p instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any, Mapping, Sequence
+
+import httpx
+
+from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
+from agentgym.policy import Generation, GenerationRequest
+
+__all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError", "vllm_policy"]
+
+#: Environment every server gets: internal sockets on loopback, no usage reporting.
+_BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
+#: Server flags without a GPU: no CUDA graphs (start in ~40 s), a bounded KV cache.
+_CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M")
+_HEALTH_POLL_S = 0.5
+_LOG_TAIL_LINES = 40
+
+
+class VLLMServerError(RuntimeError):
+    """The server process could not be started (the message ends with its log tail)."""
+
+
+class VLLMRequestError(RuntimeError):
+    """An HTTP call to a vLLM server failed for good (after retries where they apply)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether process group ``pgid`` has a member that is not a zombie."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # not Linux: signal 0 also counts zombies, which is the safe side
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):  # the process ended while we looked
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            return True
+    return False
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _group_alive(pgid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class VLLMServer:
+    """A local vLLM OpenAI-compatible server, as a context manager (sync or async).
+
+    Entering starts ``python -m vllm.entrypoints.openai.api_server`` in its own process group,
+    with its output appended to :attr:`log_path`, and returns once ``GET /health`` answers 200;
+    it raises :class:`VLLMServerError` (with the log tail) if the process exits first or
+    ``startup_timeout`` seconds pass. Leaving, an exception while starting, and interpreter exit
+    (atexit) all stop the whole process group: SIGTERM, then SIGKILL after a grace period.
+
+    The model is served under the name it was given (``model_name``), so ``"smollm2-135m"`` is
+    also the ``model`` field of requests. Without a GPU the CPU flags are added
+    (``--enforce-eager``, a 512 MiB KV cache); ``extra_args`` come last and override any flag.
+    ``env`` adds environment variables for the server (e.g. ``VLLM_SERVER_DEV_MODE=1``).
+    """
+
+    def __init__(self, model: str = "smollm2-135m", *, port: int | None = None,
+                 dtype: str = "float32", enable_lora: bool = False, max_lora_rank: int = 8,
+                 extra_args: Sequence[str] = (), log_path: str | os.PathLike[str] | None = None,
+                 startup_timeout: float = 300.0, env: Mapping[str, str] | None = None):
+        self.model_name = model
+        self.port = port or _free_port()
+        self.dtype = dtype
+        self.enable_lora = enable_lora
+        self.max_lora_rank = max_lora_rank
+        self.extra_args = tuple(extra_args)
+        self.log_path = Path(log_path or Path(tempfile.mkdtemp(prefix="agentgym-vllm-")) / "server.log")
+        self.startup_timeout = startup_timeout
+        self.env = dict(env or {})
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no trailing slash, no ``/v1``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        """The server's command line."""
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+               "--model", resolve_model(self.model_name), "--served-model-name", self.model_name,
+               "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
+               "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]
+        if not _cuda_available():
+            cmd += _CPU_ARGS
+        if self.enable_lora:
+            cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
+        return cmd + list(self.extra_args)
+
+    def _environment(self) -> dict[str, str]:
+        env = {**os.environ, **_BASE_ENV, **self.env}
+        if self.enable_lora:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        return env
+
+    def _spawn(self) -> None:
+        if self.process is not None:
+            raise RuntimeError("VLLMServer already started")
+        command = self.command()  # resolves (maybe converts) the model before anything runs
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._log,
+                                        stderr=subprocess.STDOUT, env=self._environment(),
+                                        start_new_session=True)
+        atexit.register(self.stop)
+
+    def _check_starting(self, deadline: float) -> None:
+        """Raise :class:`VLLMServerError` if the process died or the deadline passed."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise VLLMServerError(self._failure(f"exited with code {self.process.returncode}"))
+        if time.monotonic() > deadline:
+            raise VLLMServerError(self._failure(f"not healthy after {self.startup_timeout} s"))
+
+    def _failure(self, what: str) -> str:
+        return (f"vLLM server for {self.model_name!r} on port {self.port} {what}; "
+                f"log {self.log_path}, last lines:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the server log."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - 200 * lines))
+                text = log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(self) -> VLLMServer:
+        """Start the server and block until it is healthy; stop it on any failure."""
+        self._spawn()
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            with httpx.Client(base_url=self.base_url, timeout=_HEALTH_POLL_S * 4) as client:
+                while True:
+                    self._check_starting(deadline)
+                    try:
+                        if client.get("/health").status_code == 200:
+                            return self
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(_HEALTH_POLL_S)
+        except BaseException:
+            self.stop()
+            raise
+
+    async def astart(self) -> VLLMServer:
+        """:meth:`start` without blocking the event loop."""
+        self._spawn()
+        deadline = time.monotonic() + self.startup_timeout
+        try:
+            async with httpx.AsyncClient(base_url=self.base_url,
+                                         timeout=_HEALTH_POLL_S * 4) as client:
+                while True:
+                    self._check_starting(deadline)
+                    try:
+                        if (await client.get("/health")).status_code == 200:
+                            return self
+                    except httpx.TransportError:
+                        pass
+                    await asyncio.sleep(_HEALTH_POLL_S)
+        except BaseException:
+            await asyncio.to_thread(self.stop)
+            raise
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the process group: SIGTERM, then SIGKILL for what is left after ``grace``
+        seconds. Returns once no member is running. Idempotent."""
+        atexit.unregister(self.stop)
+        if self.process is not None:
+            pgid = self.process.pid  # start_new_session: the server leads its own group
+            _signal_group(pgid, signal.SIGTERM)
+            if not _wait_group_gone(pgid, grace):
+                _signal_group(pgid, signal.SIGKILL)
+                _wait_group_gone(pgid, grace)
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    @property
+    def running(self) -> bool:
+        """Whether any process of the server's group is still running."""
+        return self.process is not None and _group_alive(self.process.pid)
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> VLLMServer:
+        return await self.astart()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message``, plus the innermost cause (e.g. ``ConnectionRefusedError``)."""
+    root = exc
+    while (root.__cause__ or root.__context__) is not None:
+        root = root.__cause__ or root.__context__  # type: ignore[assignment]
+    text = f"{type(exc).__name__}: {exc}"
+    return text if root is exc else f"{text} ({type(root).__name__}: {root})"
+
+
+class VLLMPolicy:
+    """A :class:`~agentgym.policy.Policy` served by a vLLM OpenAI-compatible server.
+
+    Each request is one ``POST /v1/completions`` with the prompt as token ids
+    (``encode_chat(tokenizer, request.messages)``), ``request.seed`` and the request's sampling
+    settings; stop strings are kept in the output, so ``text`` is the decoding of
+    ``response_ids`` (special tokens skipped). ``response_ids`` and ``logprobs`` (one per response
+    token, natural log) are the server's, never re-tokenized.
+
+    Every HTTP attempt is bounded by ``timeout`` seconds; connection errors and 5xx answers are
+    retried ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
+    a 4xx answer is not retried. Failures raise :class:`VLLMRequestError` naming the URL and the
+    cause. ``max_batch_size = 1``: the rollout engine sends each request as its own call with its
+    own timeout, and the server batches them.
+
+    ``served_model`` is the base model's name on the server (default: asked from ``/v1/models``).
+    ``lora`` names a LoRA adapter already loaded on the server to use instead of the base model.
+    The HTTP client belongs to the event loop that first uses it; under a new loop (a new
+    ``asyncio.run``) a new client is made.
+    """
+
+    max_batch_size = 1
+
+    def __init__(self, base_url: str, model: str = "smollm2-135m", *,
+                 served_model: str | None = None, timeout: float = 120.0, max_retries: int = 3,
+                 backoff: float = 0.5, lora: str | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.tokenizer = load_tokenizer(model)
+        self.served_model = served_model
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.lora = lora
+        """Adapter used by requests (its name on the server); None: the base model."""
+        self.policy_version = 0
+        """Incremented by every :meth:`load_lora` (a weight push)."""
+        self.server: VLLMServer | None = None
+        """The server this policy launched and stops in :meth:`aclose` (see :meth:`launch`)."""
+        self._client: httpx.AsyncClient | None = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    def launch(cls, model: str = "smollm2-135m", *, timeout: float = 120.0,
+               max_retries: int = 3, backoff: float = 0.5, **server_kwargs: Any) -> VLLMPolicy:
+        """Start a local :class:`VLLMServer` (blocking, ~40 s on CPU) and return a policy that
+        owns it: :meth:`aclose` stops it."""
+        server = VLLMServer(model, **server_kwargs).start()
+        try:
+            policy = cls(server.base_url, model, served_model=server.model_name, timeout=timeout,
+                         max_retries=max_retries, backoff=backoff)
+        except BaseException:
+            server.stop()
+            raise
+        policy.server = server
+        return policy
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url, timeout=self.timeout,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+            self._client_loop = loop
+        return self._client
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The JSON answer of one call, with the retry and timeout rules of the class."""
+        url = self.base_url + path
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                async with asyncio.timeout(self.timeout):
+                    response = await self._http().request(method, path, json=body)
+            except (TimeoutError, httpx.TimeoutException):
+                raise VLLMRequestError(f"{method} {url} timed out after {self.timeout} s") from None
+            except httpx.TransportError as exc:
+                cause = _describe(exc)
+            else:
+                if response.status_code < 400:
+                    return response.json()
+                cause = f"HTTP {response.status_code}: {response.text[:500]}"
+                if response.status_code < 500:
+                    raise VLLMRequestError(f"{method} {url} failed: {cause}")
+            if attempt + 1 < attempts:
+                await asyncio.sleep(self.backoff * 2**attempt)
+        raise VLLMRequestError(f"{method} {url} failed after {attempts} attempts: {cause}")
+
+    async def base_model(self) -> str:
+        """The served name of the base model (asked from ``/v1/models`` once if not given)."""
+        if self.served_model is None:
+            models = (await self._request("GET", "/v1/models"))["data"]
+            self.served_model = next(m["id"] for m in models if m.get("parent") is None)
+        return self.served_model
+
+    def completion_body(self, prompt_ids: list[int], request: GenerationRequest,
+                        model: str) -> dict[str, Any]:
+        """The ``/v1/completions`` payload of ``request`` with the given prompt ids."""
+        sampling = request.sampling
+        return {
+            "model": model, "prompt": prompt_ids, "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p,
+            "stop": list(sampling.stop), "include_stop_str_in_output": True,
+            "seed": request.seed, "logprobs": 0, "return_token_ids": True,
+        }
+
+    async def _complete(self, request: GenerationRequest) -> Generation:
+        prompt_ids = encode_chat(self.tokenizer, request.messages)
+        model = self.lora or await self.base_model()
+        data = await self._request("POST", "/v1/completions",
+                                   self.completion_body(prompt_ids, request, model))
+        return self._generation(prompt_ids, data["choices"][0])
+
+    def _generation(self, prompt_ids: list[int], choice: dict[str, Any]) -> Generation:
+        url = f"{self.base_url}/v1/completions"
+        response_ids = choice.get("token_ids")
+        if response_ids is None:
+            raise VLLMRequestError(f"{url} returned no token_ids (needs return_token_ids)")
+        echoed = choice.get("prompt_token_ids")
+        if echoed is not None and list(echoed) != prompt_ids:
+            raise VLLMRequestError(f"{url} reports prompt ids that differ from those sent")
+        logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs", [])]
+        if len(logprobs) != len(response_ids):
+            raise VLLMRequestError(f"{url} returned {len(logprobs)} logprobs for "
+                                   f"{len(response_ids)} tokens")
+        return Generation(
+            text=self.tokenizer.decode(response_ids, skip_special_tokens=True),
+            prompt_ids=prompt_ids, response_ids=list(response_ids), logprobs=logprobs,
+            finish_reason=choice.get("finish_reason"), policy_version=self.policy_version,
+        )
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """One generation per request, in order; the requests run concurrently."""
+        return list(await asyncio.gather(*(self._complete(r) for r in requests)))
+
+    async def load_lora(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Load (or reload in place) the PEFT adapter at ``path`` as ``name`` and use it for the
+        following requests; increments :attr:`policy_version`. The server needs
+        ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. Load new weights from a
+        new path: the server's prefix cache is keyed by adapter, not by its weights."""
+        await self._request("POST", "/v1/load_lora_adapter",
+                            {"lora_name": name, "lora_path": str(path), "load_inplace": True})
+        self.lora = name
+        self.policy_version += 1
+
+    async def unload_lora(self, name: str) -> None:
+        """Remove adapter ``name`` from the server; if it was in use, use the base model again."""
+        await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+        if self.lora == name:
+            self.lora = None
+
+    async def aclose(self) -> None:
+        """Close the HTTP client and stop the server this policy launched, if any."""
+        if self._client is not None and self._client_loop is asyncio.get_running_loop():
+            await self._client.aclose()
+        self._client = self._client_loop = None
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+            self.server = None
+
+
+def vllm_policy(base_url: str | None = None, model: str = "smollm2-135m", *,
+                server: Mapping[str, Any] | None = None, **policy_kwargs: Any) -> VLLMPolicy:
+    """Hydra entry point: a :class:`VLLMPolicy` on ``base_url``, or, when it is None, on a local
+    server launched with the :class:`VLLMServer` keyword arguments ``server`` (stopped by
+    ``aclose``)."""
+    if base_url is not None:
+        return VLLMPolicy(base_url, model, **policy_kwargs)
+    return VLLMPolicy.launch(model, **policy_kwargs, **dict(server or {}))
