@@ -51,7 +51,9 @@ class Generation:
     prompt_ids: list[int] = field(default_factory=list)
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    """Natural-log probability of each response token under the sampling distribution."""
+    """Natural-log probability of each response token under the raw model: log_softmax of the
+    unscaled logits, whatever the temperature and top-p of the request (vLLM's default
+    ``raw_logprobs``). This is what a learner's forward pass recomputes."""
     finish_reason: str | None = None
     """``"stop"`` (end of sequence or stop string) or ``"length"`` (hit ``max_tokens``)."""
     policy_version: int = 0

@@ -154,8 +154,30 @@ class HFPolicy:
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def _prefill(self, prompts: list[list[int]]
+                 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+        """Forward pass over the left-padded prompts, each distinct prompt once (a group's
+        members often share theirs).
+
+        Returns, per row: the next-token logits (rows, vocab), the KV cache, the attention mask
+        (rows, longest prompt) and the position of the next token (rows,).
+        """
+        distinct, index = _unique(prompts)
+        ids, mask = _left_pad(distinct, self.tokenizer.pad_token_id, self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                         use_cache=True, logits_to_keep=1)
+        logits, cache = out.logits[:, -1], out.past_key_values
+        if len(distinct) < len(prompts):
+            rows = torch.tensor(index, device=self.device)
+            cache.batch_select_indices(rows)
+            logits, mask, positions = logits[rows], mask[rows], positions[rows]
+        return logits, cache, mask, positions[:, -1] + 1
+
     def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams], budgets: list[int],
-                uniforms: torch.Tensor, cancel: threading.Event):
+                uniforms: torch.Tensor, cancel: threading.Event
+                ) -> tuple[list[list[int]], list[list[float]], list[int], list[bool],
+                           list[str | None]]:
         """The decode loop over one batch.
 
         Returns, per row: response ids, their raw logprobs, the response length, whether it
@@ -163,8 +185,6 @@ class HFPolicy:
         the stop string (``None`` where no stop string was hit).
         """
         device, rows = self.device, len(prompts)
-        ids, mask = _left_pad(prompts, self.tokenizer.pad_token_id, device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         temperature = torch.tensor([s.temperature for s in sampling], device=device)
         top_p = torch.tensor([s.top_p for s in sampling], device=device)
         budget = torch.tensor(budgets, device=device)
@@ -178,13 +198,11 @@ class HFPolicy:
         texts: list[str | None] = [None] * rows
         live = torch.arange(rows, device=device)  # batch row -> request row
 
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1)
-        cache, next_position = out.past_key_values, positions[:, -1] + 1
+        logits, cache, mask, next_position = self._prefill(prompts)
         for step in range(max(budgets)):
             if cancel.is_set():
                 raise asyncio.CancelledError()
-            token, logprob = _sample(out.logits[:, -1].float(), temperature[live], top_p[live],
+            token, logprob = _sample(logits.float(), temperature[live], top_p[live],
                                      uniforms[live, step])
             tokens[live, step], logprobs[live, step], lengths[live] = token, logprob, step + 1
             ended = torch.isin(token, self.eos_ids)
@@ -203,11 +221,18 @@ class HFPolicy:
                 live, mask, next_position, token = (
                     live[keep], mask[keep], next_position[keep], token[keep])
             mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
-            out = self.model(input_ids=token[:, None], attention_mask=mask,
-                             position_ids=next_position[:, None], past_key_values=cache,
-                             use_cache=True)
+            logits = self.model(input_ids=token[:, None], attention_mask=mask,
+                                position_ids=next_position[:, None], past_key_values=cache,
+                                use_cache=True).logits[:, -1]
             next_position = next_position + 1
         return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist(), texts
+
+
+def _unique(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
+    """(distinct prompts in first-seen order, index of each prompt among them)."""
+    first: dict[tuple[int, ...], int] = {}
+    index = [first.setdefault(tuple(p), len(first)) for p in prompts]
+    return [list(p) for p in first], index
 
 
 def _check_local_path(model: str) -> None:

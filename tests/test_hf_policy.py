@@ -46,8 +46,9 @@ def policy() -> HFPolicy:
 
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_logprobs_are_raw_model_logprobs(policy, temperature, top_p):
+    # The repeated prompt shares its prefill with its twin (as a group's members do).
     requests = [_request(p, seed=i, max_tokens=12, temperature=temperature, top_p=top_p)
-                for i, p in enumerate(PROMPTS)]
+                for i, p in enumerate(PROMPTS + PROMPTS[:1])]
     for request, gen in zip(requests, _generate(policy, requests)):
         assert gen.prompt_ids == encode_chat(policy.tokenizer, request.messages)
         assert len(gen.logprobs) == len(gen.response_ids) > 0
@@ -115,7 +116,7 @@ def test_rollout_reproducible_at_fixed_seed(policy):
     def run(concurrency: int):
         episodes = collect("agentgym/Household-v0", policy, default_tasks(1, seed=5),
                            group_size=2, max_turns=2, concurrency=concurrency,
-                           sampling=SamplingParams(max_tokens=12), progress=False)
+                           sampling=SamplingParams(max_tokens=8), progress=False)
         return [[(t.action, t.response_ids) for t in e.turns] for e in episodes]
 
     first = run(1)

@@ -1,0 +1,322 @@
+"""The learner: a causal LM updated with the PPO-clip loss on turn-level advantages.
+
+One :meth:`Learner.update` takes a batch of episodes and one advantage per turn (from
+``trainers.credit``), builds one training row per turn (its exact prompt ids + response ids, loss
+only on the response), and makes ``ppo_epochs`` passes of optimizer steps over ``mini_batches``
+mini-batches. Each mini-batch is split into micro-batches by a token budget and gradients are
+accumulated so that the loss equals the loss of the whole mini-batch at once.
+
+Fine-tuning is full or LoRA (peft). The KL reference is a frozen copy of the initial weights
+(full fine-tune) or the base model with the adapter disabled (LoRA). Checkpoints hold the weights
+(or adapter), optimizer, scheduler, every RNG state and the step, and resume exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from agentgym.episode import Episode
+from agentgym.policies.models import resolve_model
+from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss
+
+__all__ = ["Learner", "LearnerConfig", "TrainingRow", "rows_from_episodes"]
+
+
+@dataclass
+class LearnerConfig:
+    """Learner settings; defaults follow ALGORITHMS.md where it gives them."""
+
+    model: str = "smollm2-135m"
+    lora_rank: int = 0
+    """0: full fine-tune; > 0: LoRA of this rank on ``lora_targets``."""
+    lora_alpha: int = 16
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    """Linear warm-up of the learning rate over this many optimizer steps, then constant."""
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 4096
+    """Token budget of one forward/backward (padded length x rows)."""
+    mini_batches: int = 1
+    """Optimizer steps per epoch over the batch."""
+    ppo_epochs: int = 1
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = 3.0
+    aggregation: Aggregation = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: KLEstimator = "low_var_kl"
+    entropy_coeff: float = 0.0
+    old_logprobs: str = "recompute"
+    """``"recompute"``: the behaviour log-probs are recomputed by this model before the update
+    (verl's default); ``"generator"``: those the generator returned are used."""
+    device: str = "auto"
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainingRow:
+    """One turn as a training sequence."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+    generator_logprobs: list[float]
+
+    @property
+    def length(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray) -> list[TrainingRow]:
+    """One row per turn in TurnTable order; turns without response tokens are dropped (they
+    carry no loss). ``advantages`` has one value per turn."""
+    turns = [t for ep in episodes for t in ep.turns]
+    advantages = np.asarray(advantages, dtype=np.float64)
+    if advantages.shape != (len(turns),):
+        raise ValueError(f"expected one advantage per turn ({len(turns)}), got shape "
+                         f"{advantages.shape}")
+    if not np.isfinite(advantages).all():
+        raise ValueError("advantages contain NaN or inf; refusing to update")
+    return [TrainingRow(t.prompt_ids, t.response_ids, float(a), t.response_logprobs)
+            for t, a in zip(turns, advantages) if t.response_ids]
+
+
+def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
+    """Indices of ``rows`` split greedily (longest first) so that padded length x rows <= budget;
+    a row longer than the budget goes alone."""
+    order = sorted(range(len(rows)), key=lambda i: -rows[i].length)
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and rows[batches[-1][0]].length * (len(batches[-1]) + 1) <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+class Learner:
+    """Holds the trainable model, its optimizer and reference, and updates them."""
+
+    def __init__(self, config: LearnerConfig):
+        from transformers import AutoModelForCausalLM
+
+        self.config = config
+        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
+                                   if config.device == "auto" else config.device)
+        _seed_everything(config.seed)
+        model = AutoModelForCausalLM.from_pretrained(resolve_model(config.model),
+                                                     dtype=torch.float32).to(self.device)
+        self.reference = None
+        if config.lora_rank > 0:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(
+                r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
+                target_modules=list(config.lora_targets)))
+        elif config.kl_coef:
+            self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.model = model
+        self.model.train()
+        self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        warmup = max(config.warmup_steps, 0)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+        self.step = 0
+        """Optimizer steps taken."""
+
+    # --- forward passes -----------------------------------------------------------------------
+
+    def _forward(self, rows: list[TrainingRow], model: Any | None = None, *, entropy: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(response logprobs, mask, entropy) as [rows, longest response] tensors (right-padded).
+
+        Sequences are right-padded; logits at position p predict token p + 1.
+        """
+        model = model or self.model
+        width = max(r.length for r in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        attention = torch.zeros(len(rows), width, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, :r.length] = torch.tensor(r.prompt_ids + r.response_ids)
+            attention[i, :r.length] = 1
+        ids, attention = ids.to(self.device), attention.to(self.device)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits
+        longest = max(len(r.response_ids) for r in rows)
+        # Gather, for each row, the logits that predict its response tokens.
+        starts = torch.tensor([len(r.prompt_ids) - 1 for r in rows], device=self.device)
+        offsets = torch.arange(longest, device=self.device)
+        positions = (starts[:, None] + offsets[None, :]).clamp(max=width - 1)
+        mask = offsets[None, :] < torch.tensor([len(r.response_ids) for r in rows],
+                                               device=self.device)[:, None]
+        picked = logits[torch.arange(len(rows), device=self.device)[:, None], positions]
+        logprobs_all = torch.log_softmax(picked.float(), dim=-1)
+        targets = ids.gather(1, (positions + 1).clamp(max=width - 1))
+        logprobs = logprobs_all.gather(-1, targets[:, :, None]).squeeze(-1)
+        ent = None
+        if entropy:
+            ent = -(logprobs_all.exp() * logprobs_all).sum(-1)
+        return logprobs * mask, mask, ent
+
+    @torch.no_grad()
+    def logprobs(self, rows: list[TrainingRow]) -> list[list[float]]:
+        """Current-model log-probabilities of each row's response tokens (no gradient)."""
+        out: list[list[float]] = [[] for _ in rows]
+        for indices in _micro_batches(rows, self.config.micro_batch_tokens):
+            lp, _, _ = self._forward([rows[i] for i in indices])
+            for j, i in enumerate(indices):
+                out[i] = lp[j, :len(rows[i].response_ids)].tolist()
+        return out
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: list[TrainingRow]) -> torch.Tensor:
+        if self.reference is not None:
+            return self._forward(batch, self.reference)[0]
+        with self.model.disable_adapter():
+            return self._forward(batch)[0]
+
+    # --- the update ---------------------------------------------------------------------------
+
+    def update(self, rows: list[TrainingRow]) -> dict[str, float]:
+        """PPO epochs over ``rows``; returns metrics averaged over optimizer steps."""
+        cfg = self.config
+        if not rows:
+            return {"skipped_empty_batch": 1.0}
+        old = (self.logprobs(rows) if cfg.old_logprobs == "recompute"
+               else [r.generator_logprobs for r in rows])
+        for r, lp in zip(rows, old):
+            if len(lp) != len(r.response_ids):
+                raise ValueError("a row's generator logprobs do not match its response length")
+        use_kl = cfg.kl_coef > 0
+        if use_kl and self.reference is None and cfg.lora_rank == 0:
+            raise ValueError("kl_coef > 0 needs a reference model")
+        history: list[dict[str, float]] = []
+        rng = random.Random(cfg.seed + self.step)
+        for _ in range(cfg.ppo_epochs):
+            order = list(range(len(rows)))
+            rng.shuffle(order)
+            size = math.ceil(len(order) / cfg.mini_batches)
+            for start in range(0, len(order), size):
+                chosen = order[start:start + size]
+                history.append(self._optimizer_step([rows[i] for i in chosen],
+                                                    [old[i] for i in chosen], use_kl))
+        return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
+
+    def _optimizer_step(self, rows: list[TrainingRow], old_logprobs: list[list[float]],
+                        use_kl: bool) -> dict[str, float]:
+        cfg = self.config
+        total_tokens = sum(len(r.response_ids) for r in rows)
+        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "pg_clipfrac": 0.0,
+                                  "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+        self.optimizer.zero_grad(set_to_none=True)
+        for indices in _micro_batches(rows, cfg.micro_batch_tokens):
+            batch = [rows[i] for i in indices]
+            logp, mask, entropy = self._forward(batch, entropy=True)
+            old = torch.zeros_like(logp)
+            for j, i in enumerate(indices):
+                old[j, :len(rows[i].response_ids)] = torch.tensor(old_logprobs[i])
+            adv = torch.tensor([r.advantage for r in batch], device=self.device)
+            ref = self._reference_logprobs(batch) if use_kl else None
+            out = policy_loss(logp, old, adv, mask, clip_low=cfg.clip_low,
+                              clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
+                              aggregation=cfg.aggregation, ref_logp=ref, kl_coef=cfg.kl_coef,
+                              kl_estimator=cfg.kl_estimator, entropy=entropy,
+                              entropy_coeff=cfg.entropy_coeff)
+            # Weight each micro-batch by its share, so accumulation equals the whole mini-batch.
+            share = (int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean"
+                     else len(batch) / len(rows))
+            (out.loss * share).backward()
+            sums["loss"] += share * out.loss.item()
+            sums["pg_loss"] += share * out.pg_loss.item()
+            sums["pg_clipfrac"] += share * out.pg_clipfrac.item()
+            sums["approx_kl"] += share * out.approx_kl.item()
+            sums["entropy"] += share * (out.entropy.item() if out.entropy is not None else 0.0)
+            sums["kl"] += share * (out.kl.item() if out.kl is not None else 0.0)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        if not torch.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"non-finite gradient norm ({grad_norm}); update skipped")
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        return {**sums, "grad_norm": float(grad_norm), "lr": self.scheduler.get_last_lr()[0],
+                "tokens": float(total_tokens)}
+
+    # --- checkpoints --------------------------------------------------------------------------
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """The weights that training changes: the adapter's under LoRA, else all of them."""
+        if self.config.lora_rank > 0:
+            from peft import get_peft_model_state_dict
+
+            return get_peft_model_state_dict(self.model)
+        return self.model.state_dict()
+
+    def save_checkpoint(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write everything needed to resume exactly to ``path/learner.pt`` (atomically)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        state = {
+            "config": asdict(self.config),
+            "weights": self.trainable_state(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "rng": _rng_state(),
+            "extra": extra or {},
+        }
+        tmp = path / "learner.pt.tmp"
+        torch.save(state, tmp)
+        tmp.replace(path / "learner.pt")
+        return path / "learner.pt"
+
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
+        """Restore a checkpoint written by :meth:`save_checkpoint`; returns its ``extra``."""
+        state = torch.load(Path(path) / "learner.pt", map_location=self.device, weights_only=False)
+        if self.config.lora_rank > 0:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.model, state["weights"])
+        else:
+            self.model.load_state_dict(state["weights"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.step = state["step"]
+        _set_rng_state(state["rng"])
+        return state["extra"]
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(),
+             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
