@@ -3,6 +3,7 @@
     agentgym list [--family F]          every registered env, plugins included
     agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
     agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
+    agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
     agentgym --version
 """
 
@@ -92,6 +93,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return run_eval_cli(args.overrides)
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from hydra import compose, initialize_config_module
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from agentgym.trainers.loop import TrainConfig, train  # the command, not the core, needs it
+
+    try:
+        with initialize_config_module("agentgym.conf", version_base=None):
+            cfg = TrainConfig.from_dict(
+                OmegaConf.to_container(compose("train", overrides=args.overrides), resolve=True))
+    except (HydraException, OmegaConfBaseException, TypeError, ValueError) as exc:
+        console.print(f"[red]agentgym train: bad configuration:[/red] {exc}", highlight=False)
+        return 2
+    train(cfg)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description="A gym for LLM agents.")
     parser.add_argument("--version", action="version", version=f"agentgym {agentgym.__version__}")
@@ -112,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a policy on environments (Hydra overrides)")
     p.add_argument("overrides", nargs="*", help="e.g. env=agentgym/Sokoban-v0 episodes=16")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("train", help="train a policy with RL (Hydra overrides)")
+    p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")
+    p.set_defaults(func=cmd_train)
     return parser
 
 

@@ -6,10 +6,9 @@ always stops it. :class:`VLLMPolicy` drives any such server over HTTP: prompts a
 :func:`~agentgym.policies.models.encode_chat` and sent as token ids, and the response token ids
 and their logprobs come back from the server, so a trainer sees exactly what the sampler saw.
 
-Servers started by :class:`VLLMServer` report logprobs under the sampling distribution
-(``--logprobs-mode processed_logprobs``: after temperature and top-p, renormalized), which is the
-:class:`~agentgym.policy.Generation` contract; a server started elsewhere without that flag
-reports logprobs at temperature 1 without top-p instead. They also ignore the sampling defaults
+Logprobs are vLLM's default ``raw_logprobs``: the raw model's, whatever the temperature and
+top-p, as the :class:`~agentgym.policy.Generation` contract says (a server started with another
+``--logprobs-mode`` breaks it). Servers started by :class:`VLLMServer` ignore the sampling defaults
 of the model's ``generation_config.json`` (``--generation-config vllm``): a request's
 :class:`~agentgym.policy.SamplingParams` are all the sampling there is.
 """
@@ -143,7 +142,9 @@ class VLLMServer:
         self.enable_lora = enable_lora
         self.max_lora_rank = max_lora_rank
         self.extra_args = tuple(extra_args)
-        self.log_path = Path(log_path or Path(tempfile.mkdtemp(prefix="agentgym-vllm-")) / "server.log")
+        if log_path is None:
+            log_path = Path(tempfile.mkdtemp(prefix="agentgym-vllm-")) / "server.log"
+        self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.env = dict(env or {})
         self.process: subprocess.Popen[bytes] | None = None
@@ -160,7 +161,7 @@ class VLLMServer:
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
                "--model", path, "--served-model-name", self.model_name,
                "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
-               "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]
+               "--generation-config", "vllm"]
         if not _cuda_available():
             cmd += _cpu_args(path)
         if self.enable_lora:
@@ -174,8 +175,6 @@ class VLLMServer:
         return env
 
     def _spawn(self) -> None:
-        if self.process is not None:
-            raise RuntimeError("VLLMServer already started")
         command = self.command()  # resolves (maybe converts) the model before anything runs
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -209,9 +208,11 @@ class VLLMServer:
 
     def start(self) -> VLLMServer:
         """Start the server and block until it is healthy; stop it on any failure."""
-        self._spawn()
+        if self.process is not None:
+            raise RuntimeError("VLLMServer already started")
         deadline = time.monotonic() + self.startup_timeout
         try:
+            self._spawn()
             with httpx.Client(base_url=self.base_url, timeout=_HEALTH_POLL_S * 4) as client:
                 while True:
                     self._check_starting(deadline)
@@ -227,9 +228,11 @@ class VLLMServer:
 
     async def astart(self) -> VLLMServer:
         """:meth:`start` without blocking the event loop."""
-        self._spawn()
+        if self.process is not None:
+            raise RuntimeError("VLLMServer already started")
         deadline = time.monotonic() + self.startup_timeout
         try:
+            self._spawn()
             async with httpx.AsyncClient(base_url=self.base_url,
                                          timeout=_HEALTH_POLL_S * 4) as client:
                 while True:
@@ -430,8 +433,8 @@ class VLLMPolicy:
     async def load_lora(self, name: str, path: str | os.PathLike[str]) -> None:
         """Load (or reload in place) the PEFT adapter at ``path`` as ``name`` and use it for the
         following requests; increments :attr:`policy_version`. The server needs
-        ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. Load new weights from a
-        new path: the server's prefix cache is keyed by adapter, not by its weights."""
+        ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. Push new weights from a
+        new path: the server's prefix cache is keyed by adapter name and path, not by weights."""
         await self._request("POST", "/v1/load_lora_adapter",
                             {"lora_name": name, "lora_path": str(path), "load_inplace": True})
         self.lora = name

@@ -55,13 +55,13 @@ def _load_model() -> Any:
     return AutoModelForCausalLM.from_pretrained(resolve_model(MODEL), dtype=torch.float32).eval()
 
 
-def _reference_logprobs(model: Any, generation: Generation, temperature: float) -> list[float]:
-    """Log-probabilities of the response tokens under ``model`` at ``temperature``."""
+def _reference_logprobs(model: Any, generation: Generation) -> list[float]:
+    """Raw-model log-probabilities of the response tokens (temperature 1, no top-p)."""
     import torch
 
     ids = torch.tensor([generation.prompt_ids + generation.response_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(generation.prompt_ids) - 1:-1].float() / temperature
+        logits = model(ids).logits[0, len(generation.prompt_ids) - 1:-1].float()
     picked = logits.log_softmax(-1).gather(-1, ids[0, len(generation.prompt_ids):, None])
     return picked[:, 0].tolist()
 
@@ -120,7 +120,7 @@ async def test_logprobs_match_transformers(server: VLLMServer) -> None:
     await policy.aclose()
     model = _load_model()
     for temperature, generation in zip(temperatures, generations):
-        expected = _reference_logprobs(model, generation, temperature)
+        expected = _reference_logprobs(model, generation)  # raw, whatever the temperature
         assert _max_diff(generation.logprobs, expected) < 1e-3
 
 
@@ -142,26 +142,29 @@ async def test_concurrent_seeded_requests_are_reproducible(server: VLLMServer) -
 
 
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
-    """A rank-8 q/v LoRA with random non-zero B (fixed seed), saved; and the peft model."""
+def adapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]:
+    """Two rank-8 q/v LoRAs with random non-zero B (seeds 1 and 0) saved to two folders, and the
+    peft model holding the second one."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(_load_model(), LoraConfig(r=8, lora_alpha=16,
                                                      target_modules=["q_proj", "v_proj"]))
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-    path = tmp_path_factory.mktemp("lora") / "adapter"
-    model.save_pretrained(path)
-    return path, model.eval()
+    paths = []
+    for seed in (1, 0):
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                if "lora_B" in name:
+                    param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+        paths.append(tmp_path_factory.mktemp("lora") / f"adapter-{seed}")
+        model.save_pretrained(paths[-1])
+    return paths[0], paths[1], model.eval()
 
 
 async def test_lora_hot_load_changes_outputs_and_unload_restores(
-        server: VLLMServer, adapter: tuple[Path, Any]) -> None:
-    path, peft_model = adapter
+        server: VLLMServer, adapters: tuple[Path, Path, Any]) -> None:
+    other_path, path, peft_model = adapters
     policy = VLLMPolicy(server.base_url, MODEL)
     requests = [GenerationRequest(messages=chat, sampling=SamplingParams(max_tokens=24,
                                                                         temperature=0.0))
@@ -177,11 +180,15 @@ async def test_lora_hot_load_changes_outputs_and_unload_restores(
     tuned = [g.response_ids for g in tuned_generations]
     assert tuned != base and all(g.policy_version == 1 for g in tuned_generations)
     for generation in tuned_generations:  # the server applies the adapter as peft does
-        assert _max_diff(generation.logprobs, _reference_logprobs(peft_model, generation, 1.0)) < 1e-3
+        expected = _reference_logprobs(peft_model, generation)
+        assert _max_diff(generation.logprobs, expected) < 1e-3
     policy.lora = None
     assert await outputs() == base
     policy.lora = "test-adapter"
     assert await outputs() == tuned
+    await policy.load_lora("test-adapter", other_path)  # a weight push under the same name
+    pushed = await outputs()
+    assert policy.policy_version == 2 and pushed not in (base, tuned)
     await policy.unload_lora("test-adapter")
     assert policy.lora is None and await outputs() == base
     with pytest.raises(VLLMRequestError, match="404"):
@@ -357,14 +364,19 @@ async def test_persistent_http_errors_raise_clearly(status: int, attempts: int,
     assert f"injected {status}" in str(error.value)
 
 
-def test_bogus_model_fails_fast_with_log_tail(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_bogus_model_fails_fast_with_log_tail(tmp_path: Path, use_async: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     bogus = str(tmp_path / "no-such-model")
     srv = VLLMServer(bogus, log_path=tmp_path / "server.log", startup_timeout=120)
     start = time.perf_counter()
     with pytest.raises(VLLMServerError) as error:
-        srv.start()
+        if use_async:
+            async with srv:
+                pass
+        else:
+            await asyncio.to_thread(srv.start)
     assert time.perf_counter() - start < 60
     message = str(error.value)
     assert "exited with code" in message and str(tmp_path / "server.log") in message

@@ -1,0 +1,227 @@
+"""The training loop: collect groups -> credit -> update -> sync weights -> evaluate -> log.
+
+The embedded path runs everything in one process: the :class:`~agentgym.trainers.learner.Learner`
+and the generating :class:`~agentgym.policies.hf.HFPolicy` share one model object, so a weight
+push is free (only the policy version moves). Every step writes one JSON line to
+``metrics.jsonl``, a checkpoint, and redraws ``learning_curve.png``. ``resume=True`` continues
+from the last checkpoint: the tasks of step k are a function of k alone and every request's
+sampling seed of (task seed, member, turn), so a resumed run repeats the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from rich.console import Console
+
+from agentgym.episode import Episode, TurnTable
+from agentgym.policy import SamplingParams
+from agentgym.rollout import Task, acollect
+from agentgym.trainers import credit
+from agentgym.trainers.learner import Learner, LearnerConfig, rows_from_episodes
+
+__all__ = ["ESTIMATORS", "TrainConfig", "train"]
+
+console = Console()
+
+#: Estimators that need nothing but the episodes (IGPO and SPA need scorers; see their modules).
+ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
+    "grpo": credit.grpo,
+    "rloo": credit.rloo,
+    "reinforce_pp": credit.reinforce_pp,
+    "gigpo": credit.gigpo,
+}
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Tasks of step k are seeds ``k * groups_per_step + i``; evaluation uses
+    seeds from ``eval_seed`` on, which training never sees."""
+
+    env: str = "agentgym/Sokoban-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    estimator: str = "gigpo"
+    estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    steps: int = 20
+    groups_per_step: int = 8
+    group_size: int = 8
+    max_turns: int = 10
+    max_tokens: int = 64
+    temperature: float = 1.0
+    history: int | None = 2
+    concurrency: int = 64
+    eval_every: int = 5
+    eval_tasks: int = 32
+    eval_seed: int = 1_000_000
+    eval_temperature: float = 0.0
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    out_dir: str = "runs/train"
+    resume: bool = False
+    progress: bool = True
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """Build from a plain dict (e.g. a resolved Hydra config); unknown keys raise."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown training option(s) {unknown}")
+        values = dict(data)
+        learner = dict(values.pop("learner", {}) or {})
+        if "lora_targets" in learner:
+            learner["lora_targets"] = tuple(learner["lora_targets"])
+        return cls(learner=LearnerConfig(**learner), **values)
+
+
+def _check(cfg: TrainConfig) -> None:
+    if cfg.estimator not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {cfg.estimator!r}; choose one of {sorted(ESTIMATORS)}")
+    for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
+                 "eval_every", "eval_tasks"):
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
+
+
+def _success(episodes: list[Episode]) -> float | None:
+    scored = [e for e in episodes if e.error is None]
+    return float(np.mean([e.success for e in scored])) if scored else None
+
+
+class Trainer:
+    """State of one run; :func:`train` drives it."""
+
+    def __init__(self, cfg: TrainConfig):
+        from agentgym.policies.hf import HFPolicy
+        from agentgym.policies.prompting import Prompter
+        from agentgym.registry import manifest
+
+        _check(cfg)
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.learner = Learner(cfg.learner)
+        self.policy = HFPolicy.sharing(self.learner.model, cfg.learner.model,
+                                       max_batch_size=cfg.concurrency)
+        self.prompter = Prompter(family=manifest(cfg.env).family, history=cfg.history)
+        self.start_step = 0
+        checkpoint = self.out / "checkpoint"
+        if cfg.resume and (checkpoint / "learner.pt").is_file():
+            self.start_step = int(self.learner.load_checkpoint(checkpoint)["step"])
+            self.policy.policy_version = self.learner.step
+            self._truncate_metrics(self.start_step)
+        elif (self.out / "metrics.jsonl").exists():
+            (self.out / "metrics.jsonl").unlink()
+
+    def _truncate_metrics(self, keep_below: int) -> None:
+        path = self.out / "metrics.jsonl"
+        if path.exists():
+            lines = [ln for ln in path.read_text().splitlines()
+                     if ln.strip() and json.loads(ln)["step"] < keep_below]
+            path.write_text("".join(ln + "\n" for ln in lines))
+
+    async def _collect(self, tasks: list[Task], group_size: int, temperature: float
+                       ) -> list[Episode]:
+        return await acollect(
+            self.cfg.env, self.policy, tasks, group_size=group_size, max_turns=self.cfg.max_turns,
+            concurrency=self.cfg.concurrency, prompter=self.prompter,
+            sampling=SamplingParams(max_tokens=self.cfg.max_tokens, temperature=temperature),
+            env_kwargs=self.cfg.env_kwargs, progress=self.cfg.progress)
+
+    async def evaluate(self) -> float | None:
+        tasks = [Task(None, self.cfg.eval_seed + i) for i in range(self.cfg.eval_tasks)]
+        return _success(await self._collect(tasks, 1, self.cfg.eval_temperature))
+
+    async def step(self, k: int) -> dict[str, Any]:
+        cfg = self.cfg
+        started = time.perf_counter()
+        tasks = [Task(None, k * cfg.groups_per_step + i) for i in range(cfg.groups_per_step)]
+        episodes = await self._collect(tasks, cfg.group_size, cfg.temperature)
+        scored = [e for e in episodes if e.error is None]  # infrastructure errors never train
+        collected = time.perf_counter()
+        table = TurnTable.from_episodes(scored)
+        advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
+        rows = rows_from_episodes(scored, advantages)
+        update = self.learner.update(rows)
+        self.policy.policy_version = self.learner.step  # shared weights: the push is this
+        done = time.perf_counter()
+        tokens = sum(len(t.response_ids) for e in scored for t in e.turns)
+        return {
+            "step": k, "train_success": _success(episodes),
+            "mean_return": float(np.mean([e.outcome for e in scored])) if scored else None,
+            "errors": len(episodes) - len(scored), "turns": len(table),
+            "advantage_mean": float(advantages.mean()) if len(advantages) else 0.0,
+            "advantage_std": float(advantages.std()) if len(advantages) else 0.0,
+            "response_length": tokens / max(len(table), 1),
+            "collect_s": collected - started, "update_s": done - collected,
+            "update_tokens_per_s": update.get("tokens", 0.0) / max(done - collected, 1e-9),
+            **{f"update/{k2}": v for k2, v in update.items()},
+        }
+
+    def log(self, record: dict[str, Any]) -> None:
+        with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png")
+
+
+def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
+    """Train and held-out success per step, and the policy loss, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
+    evals = [(r["step"] + 1, r["eval_success"]) for r in records
+             if r.get("eval_success") is not None]  # evaluated after the step's update
+    records = [r for r in records if r["step"] >= 0]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    steps = [r["step"] for r in records]
+    ax1.plot(steps, [r["train_success"] for r in records], label="train (sampled)", marker=".")
+    if evals:
+        ax1.plot(*zip(*evals), label="held-out (greedy)", marker="o")
+    ax1.set(xlabel="update step", ylabel="success rate", ylim=(-0.02, 1.02), title="Success")
+    ax1.legend()
+    ax2.plot(steps, [r.get("update/pg_loss") for r in records], label="policy loss")
+    ax2.plot(steps, [r.get("update/entropy") for r in records], label="entropy")
+    ax2.set(xlabel="step", title="Update")
+    ax2.legend()
+    fig.tight_layout()
+    tmp = png_path.with_name(png_path.name + ".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(png_path)
+
+
+async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Run (or resume) training; return the metric records of the steps run now."""
+    trainer = Trainer(cfg)
+    records = []
+    try:
+        if trainer.start_step == 0:
+            baseline = await trainer.evaluate()
+            console.print(f"step 0 held-out success (before training): {baseline}")
+            trainer.log({"step": -1, "train_success": None, "eval_success": baseline})
+        for k in range(trainer.start_step, cfg.steps):
+            record = await trainer.step(k)
+            if (k + 1) % cfg.eval_every == 0 or k + 1 == cfg.steps:
+                record["eval_success"] = await trainer.evaluate()
+            trainer.learner.save_checkpoint(trainer.out / "checkpoint", extra={"step": k + 1})
+            trainer.log(record)
+            records.append(record)
+            console.print(
+                f"step {k}: train success {record['train_success']}, "
+                f"eval {record.get('eval_success', '-')}, loss {record['update/loss']:.4f}"
+                if "update/loss" in record else f"step {k}: {record}", highlight=False)
+    finally:
+        await trainer.policy.aclose()
+    return records
+
+
+def train(cfg: TrainConfig) -> list[dict[str, Any]]:
+    return asyncio.run(atrain(cfg))
