@@ -10,6 +10,10 @@ training needs:
 - ``logprobs`` are those of the raw model (log-softmax of the unscaled logits, whatever the
   temperature and top-p), as vLLM returns them and as a learner's forward pass recomputes them;
 - rows finish independently (EOS, stop string, ``max_tokens``) and leave the batch at once.
+
+``text`` is always the decoding of ``response_ids`` (special tokens skipped): a stop string stays
+in it, as with vLLM's ``include_stop_str_in_output``, so that an action tag used as a stop string
+still parses.
 """
 
 from __future__ import annotations
@@ -41,25 +45,32 @@ class HFPolicy:
         max_batch_size: most requests per ``generate`` call the rollout engine sends.
         seed: seeds the generator of requests that carry no ``seed`` of their own; ``None``
             seeds it from the OS.
+        module: an already loaded model to generate with instead of loading ``model`` (which
+            then only names the tokenizer). A learner passes its own model here, so that its
+            updates are seen by the next generation without any copy; ``dtype`` and ``device``
+            are then the module's own.
     """
 
     max_concurrent_batches = 1
     """One model, one batch at a time: the rollout engine queues the rest."""
 
     def __init__(self, model: str = "smollm2-135m", *, device: str = "auto",
-                 dtype: str = "float32", max_batch_size: int = 16, seed: int | None = None):
+                 dtype: str = "float32", max_batch_size: int = 16, seed: int | None = None,
+                 module: Any = None):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
         _check_local_path(model)
+        if module is not None:
+            device = str(next(module.parameters()).device)
         self.device = torch.device(
             ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
         self.max_batch_size = max_batch_size
         self.policy_version = 0
         """Version of the current weights; whoever replaces them increments it."""
         self.tokenizer: Any = load_tokenizer(model)
-        self.model: Any = AutoModelForCausalLM.from_pretrained(
+        self.model: Any = module if module is not None else AutoModelForCausalLM.from_pretrained(
             resolve_model(model), dtype=_DTYPES[dtype]).to(self.device).eval()
         self.eos_ids = torch.tensor(sorted(_eos_ids(self.tokenizer, self.model)),
                                     device=self.device)
@@ -94,6 +105,7 @@ class HFPolicy:
             return []
         ids = torch.tensor([prompt_ids + response_ids], device=self.device)
         with self._lock, torch.inference_mode():
+            self._check_open()
             logits = self.model(input_ids=ids, use_cache=False,
                                 logits_to_keep=len(response_ids) + 1).logits[0, :-1]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
@@ -110,22 +122,29 @@ class HFPolicy:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def _check_open(self) -> None:
+        if self.model is None:
+            raise RuntimeError("HFPolicy is closed")
+
     def _generate_batch(self, requests: list[GenerationRequest],
                         cancel: threading.Event) -> list[Generation]:
         # Everything under the lock: the model, the tokenizer and the policy's generator.
         with self._lock, torch.inference_mode():
-            if self.model is None:
-                raise RuntimeError("HFPolicy is closed")
+            self._check_open()
             prompts = [encode_chat(self.tokenizer, r.messages) for r in requests]
             budgets = [self._budget(r.sampling, len(p)) for r, p in zip(requests, prompts)]
-            tokens, logprobs, lengths, stopped, texts = self._decode(
-                prompts, [r.sampling for r in requests], budgets,
-                self._uniforms(requests, budgets), cancel)
+            training = self.model.training
+            self.model.eval()  # a learner's shared model may be in train mode (dropout)
+            try:
+                tokens, logprobs, lengths, stopped = self._decode(
+                    prompts, [r.sampling for r in requests], budgets,
+                    self._uniforms(requests, budgets), cancel)
+            finally:
+                self.model.train(training)
             return [
                 Generation(
-                    text=texts[row] if texts[row] is not None else self._text(tokens[row][:n]),
-                    prompt_ids=prompts[row], response_ids=tokens[row][:n],
-                    logprobs=logprobs[row][:n],
+                    text=self._text(tokens[row][:n]), prompt_ids=prompts[row],
+                    response_ids=tokens[row][:n], logprobs=logprobs[row][:n],
                     finish_reason="stop" if stopped[row] else "length",
                     policy_version=self.policy_version)
                 for row, n in enumerate(lengths)
@@ -176,13 +195,12 @@ class HFPolicy:
 
     def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams], budgets: list[int],
                 uniforms: torch.Tensor, cancel: threading.Event
-                ) -> tuple[list[list[int]], list[list[float]], list[int], list[bool],
-                           list[str | None]]:
+                ) -> tuple[list[list[int]], list[list[float]], list[int], list[bool]]:
         """The decode loop over one batch.
 
-        Returns, per row: response ids, their raw logprobs, the response length, whether it
-        stopped (EOS or stop string; otherwise it hit its budget), and its text truncated before
-        the stop string (``None`` where no stop string was hit).
+        Returns, per row: response ids, their raw logprobs (both padded to the longest budget),
+        the response length, and whether it stopped (EOS, or a stop string in the decoded
+        response; otherwise it hit its budget).
         """
         device, rows = self.device, len(prompts)
         temperature = torch.tensor([s.temperature for s in sampling], device=device)
@@ -195,7 +213,6 @@ class HFPolicy:
         logprobs = torch.zeros(rows, max(budgets), device=device)
         lengths = torch.zeros(rows, dtype=torch.long, device=device)
         stopped = torch.zeros(rows, dtype=torch.bool, device=device)
-        texts: list[str | None] = [None] * rows
         live = torch.arange(rows, device=device)  # batch row -> request row
 
         logits, cache, mask, next_position = self._prefill(prompts)
@@ -208,9 +225,7 @@ class HFPolicy:
             ended = torch.isin(token, self.eos_ids)
             for i, row in enumerate(live.tolist() if any(stops) else ()):
                 if stops[row] and not ended[i]:
-                    texts[row] = _cut_at_stop(self._text(tokens[row, :step + 1].tolist()),
-                                              stops[row])
-                    ended[i] = texts[row] is not None
+                    ended[i] = _has_stop(self._text(tokens[row, :step + 1].tolist()), stops[row])
             stopped[live] = ended
             done = ended | (step + 1 >= budget[live])
             if bool(done.all()):
@@ -225,7 +240,7 @@ class HFPolicy:
                                 position_ids=next_position[:, None], past_key_values=cache,
                                 use_cache=True).logits[:, -1]
             next_position = next_position + 1
-        return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist(), texts
+        return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist()
 
 
 def _unique(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
@@ -296,7 +311,5 @@ def _top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return torch.where(probs >= threshold, probs, 0.0)
 
 
-def _cut_at_stop(text: str, stops: tuple[str, ...]) -> str | None:
-    """``text`` up to the earliest stop string in it, or ``None`` if it holds none."""
-    cuts = [i for i in (text.find(s) for s in stops if s) if i >= 0]
-    return text[:min(cuts)] if cuts else None
+def _has_stop(text: str, stops: tuple[str, ...]) -> bool:
+    return any(stop and stop in text for stop in stops)

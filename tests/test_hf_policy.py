@@ -94,8 +94,10 @@ def test_stop_string_truncates(policy):
     cut = _generate(policy, [_request(PROMPTS[2], max_tokens=24, temperature=0,
                                       stop=("no such text", stop))])[0]
     assert cut.finish_reason == "stop"
-    assert cut.text == full.text[:full.text.index(stop)]
-    assert len(cut.response_ids) < len(full.response_ids)
+    decode = policy.tokenizer.decode
+    assert cut.text == decode(cut.response_ids, skip_special_tokens=True)  # stop string kept
+    assert stop in cut.text and stop not in decode(cut.response_ids[:-1], skip_special_tokens=True)
+    assert full.text.startswith(cut.text) and len(cut.response_ids) < len(full.response_ids)
     assert cut.response_ids == full.response_ids[:len(cut.response_ids)]
     assert cut.logprobs == pytest.approx(full.logprobs[:len(cut.logprobs)], abs=1e-5)
 
@@ -159,3 +161,5 @@ def test_hydra_config_and_close():
     asyncio.run(hf.aclose())
     with pytest.raises(RuntimeError, match="closed"):
         _generate(hf, [_request("hi", max_tokens=2)])
+    with pytest.raises(RuntimeError, match="closed"):
+        hf.logprobs_of([1, 2], [3])

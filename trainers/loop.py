@@ -65,6 +65,15 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
+                             f"{sorted(ESTIMATORS)}")
+        for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
+                     "concurrency", "eval_every", "eval_tasks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build from a plain dict (e.g. a resolved Hydra config); unknown keys raise."""
@@ -77,15 +86,6 @@ class TrainConfig:
         if "lora_targets" in learner:
             learner["lora_targets"] = tuple(learner["lora_targets"])
         return cls(learner=LearnerConfig(**learner), **values)
-
-
-def _check(cfg: TrainConfig) -> None:
-    if cfg.estimator not in ESTIMATORS:
-        raise ValueError(f"unknown estimator {cfg.estimator!r}; choose one of {sorted(ESTIMATORS)}")
-    for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
-                 "eval_every", "eval_tasks"):
-        if getattr(cfg, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(cfg, name)}")
 
 
 def _success(episodes: list[Episode]) -> float | None:
@@ -101,13 +101,12 @@ class Trainer:
         from agentgym.policies.prompting import Prompter
         from agentgym.registry import manifest
 
-        _check(cfg)
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.learner = Learner(cfg.learner)
-        self.policy = HFPolicy.sharing(self.learner.model, cfg.learner.model,
-                                       max_batch_size=cfg.concurrency)
+        self.policy = HFPolicy(cfg.learner.model, module=self.learner.model,
+                               max_batch_size=cfg.concurrency)
         self.prompter = Prompter(family=manifest(cfg.env).family, history=cfg.history)
         self.start_step = 0
         checkpoint = self.out / "checkpoint"

@@ -1,0 +1,80 @@
+"""`agentgym train` end to end on the embedded model, and exact resume of a killed run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+
+from agentgym.trainers.learner import Learner, LearnerConfig
+from agentgym.trainers.loop import TrainConfig, train
+
+TINY = {
+    "env": "agentgym/Sokoban-v0", "env_kwargs": {"dim_room": [5, 5]}, "estimator": "gigpo",
+    "steps": 3, "groups_per_step": 2, "group_size": 2, "max_turns": 2, "max_tokens": 6,
+    "eval_every": 3, "eval_tasks": 2, "progress": False,
+    "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0},
+}
+
+
+def final_weights(out_dir):
+    learner = Learner(LearnerConfig(**{**TINY["learner"]}))
+    learner.load_checkpoint(out_dir / "checkpoint")
+    return learner.step, {k: v.clone() for k, v in learner.trainable_state().items()}
+
+
+def test_train_writes_metrics_curve_and_checkpoint(tmp_path):
+    records = train(TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path)}))
+    assert [r["step"] for r in records] == [0, 1, 2]
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["step"] == -1 and "eval_success" in lines[0]  # the untrained baseline
+    assert lines[-1]["eval_success"] is not None and lines[-1]["update/grad_norm"] > 0
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+    assert (tmp_path / "checkpoint" / "learner.pt").is_file()
+
+
+def test_killed_run_resumes_to_the_same_parameters(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train(TrainConfig.from_dict({**TINY, "out_dir": str(straight)}))
+
+    # Run the CLI, kill it (SIGKILL) once step 1 is checkpointed, then resume it.
+    args = [sys.executable, "-m", "agentgym.cli", "train", f"out_dir={killed}", "steps=3",
+            "groups_per_step=2", "group_size=2", "max_turns=2", "max_tokens=6", "eval_every=3",
+            "eval_tasks=2", "progress=false", "+env_kwargs.dim_room=[5,5]", "learner.lr=1e-4",
+            "learner.lora_rank=4"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    metrics = killed / "metrics.jsonl"
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if metrics.exists() and any(json.loads(x)["step"] == 0 for x in metrics.read_text().splitlines()):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    step, _ = final_weights(killed)
+    assert step == 1  # killed after step k = 1 (0-based step 0 done), before the end
+    resumed = subprocess.run(args + ["resume=true"], capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    (step_a, a), (step_b, b) = final_weights(straight), final_weights(killed)
+    assert step_a == step_b == 3
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    steps = [json.loads(x)["step"] for x in metrics.read_text().splitlines()]
+    assert steps == [-1, 0, 1, 2]
+
+
+def test_bad_configuration():
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown estimator"):
+        TrainConfig.from_dict({**TINY, "estimator": "ppo2"})
+    with pytest.raises(ValueError, match="unknown training option"):
+        TrainConfig.from_dict({**TINY, "stepz": 3})
+    proc = subprocess.run([sys.executable, "-m", "agentgym.cli", "train", "steps=0"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "steps must be >= 1" in proc.stdout
