@@ -59,12 +59,15 @@ def test_micro_batches_accumulate_to_the_same_update(tokenizer):
     results, metrics = [], []
     for budget in (100_000, 1):  # one micro-batch vs one row at a time
         learner = Learner(LearnerConfig(lr=1e-4, micro_batch_tokens=budget, lora_rank=4))
+        initial = params(learner)
         metrics.append(learner.update(rows))
-        results.append(params(learner))
+        after = params(learner)
+        results.append(torch.cat([(after[k] - initial[k]).flatten() for k in sorted(after)]))
     for name in ("loss", "grad_norm", "entropy"):
         assert metrics[0][name] == pytest.approx(metrics[1][name], rel=1e-5)
-    for key in results[0]:  # Adam magnifies float noise on near-zero gradients: 10% of a step
-        torch.testing.assert_close(results[0][key], results[1][key], atol=1e-5, rtol=0)
+    # Compare whole updates: Adam turns float noise on a near-zero gradient into a visible
+    # difference of that one element, but not of the update as a whole.
+    assert (results[0] - results[1]).norm() / results[0].norm() < 1e-3
 
 
 @pytest.mark.parametrize("lora_rank", [0, 4])

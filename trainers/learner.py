@@ -141,34 +141,31 @@ class Learner:
 
     def _forward(self, rows: list[TrainingRow], model: Any | None = None, *, entropy: bool = False
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(response logprobs, mask, entropy) as [rows, longest response] tensors (right-padded).
+        """(response logprobs, mask, entropy) as [rows, longest response] tensors.
 
-        Sequences are right-padded; logits at position p predict token p + 1.
+        Sequences are left-padded, so every response ends at the last position and the LM head
+        runs only on the last ``longest + 1`` positions (not on whole prompts). Outputs are
+        right-aligned: row i's response occupies the last ``len(response_i)`` columns.
         """
         model = model or self.model
         width = max(r.length for r in rows)
+        longest = max(len(r.response_ids) for r in rows)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         attention = torch.zeros(len(rows), width, dtype=torch.long)
         for i, r in enumerate(rows):
-            ids[i, :r.length] = torch.tensor(r.prompt_ids + r.response_ids)
-            attention[i, :r.length] = 1
+            ids[i, width - r.length:] = torch.tensor(r.prompt_ids + r.response_ids)
+            attention[i, width - r.length:] = 1
         ids, attention = ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits
-        longest = max(len(r.response_ids) for r in rows)
-        # Gather, for each row, the logits that predict its response tokens.
-        starts = torch.tensor([len(r.prompt_ids) - 1 for r in rows], device=self.device)
-        offsets = torch.arange(longest, device=self.device)
-        positions = (starts[:, None] + offsets[None, :]).clamp(max=width - 1)
-        mask = offsets[None, :] < torch.tensor([len(r.response_ids) for r in rows],
-                                               device=self.device)[:, None]
-        picked = logits[torch.arange(len(rows), device=self.device)[:, None], positions]
-        logprobs_all = torch.log_softmax(picked.float(), dim=-1)
-        targets = ids.gather(1, (positions + 1).clamp(max=width - 1))
-        logprobs = logprobs_all.gather(-1, targets[:, :, None]).squeeze(-1)
-        ent = None
-        if entropy:
-            ent = -(logprobs_all.exp() * logprobs_all).sum(-1)
+            logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                           use_cache=False, logits_to_keep=longest + 1).logits
+        # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
+        logprobs_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        logprobs = logprobs_all.gather(-1, ids[:, -longest:, None]).squeeze(-1)
+        lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
+        mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
+        ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
         return logprobs * mask, mask, ent
 
     @torch.no_grad()
@@ -178,7 +175,7 @@ class Learner:
         for indices in _micro_batches(rows, self.config.micro_batch_tokens):
             lp, _, _ = self._forward([rows[i] for i in indices])
             for j, i in enumerate(indices):
-                out[i] = lp[j, :len(rows[i].response_ids)].tolist()
+                out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids):].tolist()
         return out
 
     @torch.no_grad()
@@ -227,7 +224,7 @@ class Learner:
             logp, mask, entropy = self._forward(batch, entropy=True)
             old = torch.zeros_like(logp)
             for j, i in enumerate(indices):
-                old[j, :len(rows[i].response_ids)] = torch.tensor(old_logprobs[i])
+                old[j, old.shape[1] - len(rows[i].response_ids):] = torch.tensor(old_logprobs[i])
             adv = torch.tensor([r.advantage for r in batch], device=self.device)
             ref = self._reference_logprobs(batch) if use_kl else None
             out = policy_loss(logp, old, adv, mask, clip_low=cfg.clip_low,
