@@ -1,0 +1,55 @@
+"""IGPO scoring: batched teacher forcing equals one-context-at-a-time scoring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentgym.episode import Episode, Turn, TurnTable
+from agentgym.policies.models import load_tokenizer, resolve_model
+from agentgym.policies.prompting import Prompter
+from agentgym.trainers.credit import igpo
+from agentgym.trainers.info_gain import answer_scores, naive_answer_scores, scoring_sequences
+
+
+def episode(i: int, turns: int) -> Episode:
+    ts = [Turn(observation=f"Passage {k}: the capital of Veloria is Marn{'e' * k}.",
+               action=f"search {k}", action_valid=True, reward=0.0,
+               response_text=f"<search>capital of Veloria {k}</search>") for k in range(turns)]
+    return Episode(episode_id=str(i), env_id="search", task_id=str(i), group_id="g", seed=0,
+                   instruction=f"Question {i}: what is the capital of Veloria?", turns=ts)
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m"), dtype=torch.float32)
+    return model.eval(), load_tokenizer("smollm2-135m")
+
+
+def test_batched_equals_naive(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    prompter = Prompter(family="search", history=2, action_tag="search")
+    episodes = [episode(0, 3), episode(1, 1), episode(2, 4)]
+    answers = ["Marne", "Marn", "the city of Marnee"]
+    for budget in (100_000, 600):  # one micro-batch, then several
+        batched = answer_scores(model, tokenizer, prompter, episodes, answers, token_budget=budget)
+        naive = naive_answer_scores(model, tokenizer, prompter, episodes, answers)
+        for got, want in zip(batched, naive):
+            np.testing.assert_allclose(got, want, atol=1e-4)
+    rows, initial = batched
+    assert rows.shape == (8,) and initial.shape == (3,)
+    assert np.all(rows < 0) and len(set(np.round(rows, 6))) > 3  # contexts change the score
+    table = TurnTable.from_episodes(episodes)
+    assert np.isfinite(igpo(table, rows, initial, np.array([1.0, 0.0, 0.5]))).all()
+
+
+def test_answer_span_is_the_answer_only(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    prompter = Prompter(family="search")
+    (ids, start, end), = scoring_sequences(tokenizer, prompter, [episode(0, 1)], ["Marne river"])
+    assert tokenizer.decode(ids[start:end]).strip() == "Marne river"
+    assert tokenizer.decode(ids[end:]).strip() == "</answer>"
+    with pytest.raises(ValueError, match="one answer per episode"):
+        scoring_sequences(tokenizer, prompter, [episode(0, 1)], [])
