@@ -440,6 +440,16 @@ class VLLMPolicy:
         self.lora = name
         self.policy_version += 1
 
+    async def reload_weights(self, path: str | os.PathLike[str]) -> None:
+        """Replace the base model's weights with the safetensors checkpoint folder at ``path``
+        (same architecture) without restarting, and drop the prefix cache; increments
+        :attr:`policy_version`. The server needs ``VLLM_SERVER_DEV_MODE=1`` (RECIPES: full
+        weight sync)."""
+        await self._request("POST", "/collective_rpc",
+                            {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        await self._request("POST", "/reset_prefix_cache")
+        self.policy_version += 1
+
     async def unload_lora(self, name: str) -> None:
         """Remove adapter ``name`` from the server; if it was in use, use the base model again."""
         await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})

@@ -73,6 +73,10 @@ def test_bad_configuration():
 
     with pytest.raises(ValueError, match="unknown estimator"):
         TrainConfig.from_dict({**TINY, "estimator": "ppo2"})
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="LoRA hot-load is exact"):
+            TrainConfig.from_dict({**TINY, "generator": "vllm",
+                                   "learner": {**TINY["learner"], "lora_rank": 0}})
     with pytest.raises(ValueError, match="unknown training option"):
         TrainConfig.from_dict({**TINY, "stepz": 3})
     proc = subprocess.run([sys.executable, "-m", "agentgym.cli", "train", "steps=0"],

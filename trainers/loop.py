@@ -2,7 +2,8 @@
 
 The embedded path runs everything in one process: the :class:`~agentgym.trainers.learner.Learner`
 and the generating :class:`~agentgym.policies.hf.HFPolicy` share one model object, so a weight
-push is free (only the policy version moves). Every step writes one JSON line to
+push is free (only the policy version moves); ``generator="vllm"`` launches a local vLLM server
+and pushes weights to it after every update (``trainers.sync``). Every step writes one JSON line to
 ``metrics.jsonl``, a checkpoint, and redraws ``learning_curve.png``. ``resume=True`` continues
 from the last checkpoint: the tasks of step k are a function of k alone and every request's
 sampling seed of (task seed, member, turn), so a resumed run repeats the uninterrupted one.
@@ -25,6 +26,7 @@ from agentgym.policy import SamplingParams
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
 from agentgym.trainers.learner import Learner, LearnerConfig, rows_from_episodes
+from agentgym.trainers.sync import push_weights
 
 __all__ = ["ESTIMATORS", "TrainConfig", "train"]
 
@@ -61,11 +63,25 @@ class TrainConfig:
     eval_seed: int = 1_000_000
     eval_temperature: float = 0.0
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    generator: str = "hf"
+    """``"hf"``: generate in-process with the learner's own model (no copy per push);
+    ``"vllm"``: launch a local vLLM server and push weights to it after every update (LoRA
+    hot-load, or a full in-place reload)."""
     out_dir: str = "runs/train"
     resume: bool = False
     progress: bool = True
 
     def __post_init__(self) -> None:
+        if self.generator not in ("hf", "vllm"):
+            raise ValueError(f"generator must be 'hf' or 'vllm', got {self.generator!r}")
+        if self.generator == "vllm" and self.learner.lora_rank == 0:
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ValueError(
+                    "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
+                    "not fully apply reloaded weights (see tests/test_weight_sync.py); use "
+                    "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
                              f"{sorted(ESTIMATORS)}")
@@ -105,14 +121,20 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.learner = Learner(cfg.learner)
-        self.policy = HFPolicy(cfg.learner.model, module=self.learner.model,
-                               max_batch_size=cfg.concurrency)
+        if cfg.generator == "hf":
+            self.policy = HFPolicy(cfg.learner.model, module=self.learner.model,
+                                   max_batch_size=cfg.concurrency)
+        else:
+            from agentgym.policies.vllm import VLLMPolicy
+
+            self.policy = VLLMPolicy.launch(
+                cfg.learner.model, enable_lora=cfg.learner.lora_rank > 0,
+                max_lora_rank=max(cfg.learner.lora_rank, 8), env={"VLLM_SERVER_DEV_MODE": "1"})
         self.prompter = Prompter(family=manifest(cfg.env).family, history=cfg.history)
         self.start_step = 0
         checkpoint = self.out / "checkpoint"
         if cfg.resume and (checkpoint / "learner.pt").is_file():
             self.start_step = int(self.learner.load_checkpoint(checkpoint)["step"])
-            self.policy.policy_version = self.learner.step
             self._truncate_metrics(self.start_step)
         elif (self.out / "metrics.jsonl").exists():
             (self.out / "metrics.jsonl").unlink()
@@ -147,7 +169,7 @@ class Trainer:
         advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
         rows = rows_from_episodes(scored, advantages)
         update = self.learner.update(rows)
-        self.policy.policy_version = self.learner.step  # shared weights: the push is this
+        await push_weights(self.learner, self.policy, self.out / "pushed")
         done = time.perf_counter()
         tokens = sum(len(t.response_ids) for e in scored for t in e.turns)
         return {
@@ -202,6 +224,7 @@ async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
     trainer = Trainer(cfg)
     records = []
     try:
+        await push_weights(trainer.learner, trainer.policy, trainer.out / "pushed")
         if trainer.start_step == 0:
             baseline = await trainer.evaluate()
             console.print(f"step 0 held-out success (before training): {baseline}")
