@@ -277,7 +277,7 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             episode.truncated = True
         episode.success = bool(info.get("success", False))
     except TimeoutError:
-        episode.error = f"{phase} timed out after {getattr(run.timeouts, phase)} s"
+        episode.error = f"{phase} timed out after {getattr(run.timeouts, phase, '?')} s"
         healthy = phase == "generate"
     except Exception as exc:
         episode.error = f"{phase} failed: {type(exc).__name__}: {exc}"
