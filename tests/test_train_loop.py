@@ -38,6 +38,12 @@ def test_train_writes_metrics_curve_and_checkpoint(tmp_path):
     assert (tmp_path / "checkpoint" / "learner.pt").is_file()
 
 
+def test_spa_step_trains_with_progress_estimator(tmp_path):
+    records = train(TrainConfig.from_dict({**TINY, "estimator": "spa", "steps": 1, "eval_tasks": 1,
+                                           "out_dir": str(tmp_path)}))
+    assert records[0]["update/grad_norm"] > 0 and records[0]["advantage_std"] > 0
+
+
 def test_killed_run_resumes_to_the_same_parameters(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     train(TrainConfig.from_dict({**TINY, "out_dir": str(straight)}))

@@ -50,6 +50,9 @@ class TrainConfig:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     estimator: str = "gigpo"
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    spa_refit_every: int = 1
+    """With ``estimator="spa"``: retrain the progress estimator every this many steps on the
+    newest episodes (its contributions are computed with the last fitted head in between)."""
     steps: int = 20
     groups_per_step: int = 8
     group_size: int = 8
@@ -82,11 +85,11 @@ class TrainConfig:
                     "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
                     "not fully apply reloaded weights (see tests/test_weight_sync.py); use "
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
-        if self.estimator not in ESTIMATORS:
+        if self.estimator not in ESTIMATORS and self.estimator != "spa":
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
-                             f"{sorted(ESTIMATORS)}")
+                             f"{sorted(ESTIMATORS) + ['spa']}")
         for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
-                     "concurrency", "eval_every", "eval_tasks"):
+                     "concurrency", "eval_every", "eval_tasks", "spa_refit_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
@@ -131,6 +134,7 @@ class Trainer:
                 cfg.learner.model, enable_lora=cfg.learner.lora_rank > 0,
                 max_lora_rank=max(cfg.learner.lora_rank, 8), env={"VLLM_SERVER_DEV_MODE": "1"})
         self.prompter = Prompter(family=manifest(cfg.env).family, history=cfg.history)
+        self.progress: Any = None  # SPA's estimator, made on first use
         self.start_step = 0
         checkpoint = self.out / "checkpoint"
         if cfg.resume and (checkpoint / "learner.pt").is_file():
@@ -166,7 +170,10 @@ class Trainer:
         scored = [e for e in episodes if e.error is None]  # infrastructure errors never train
         collected = time.perf_counter()
         table = TurnTable.from_episodes(scored)
-        advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
+        if cfg.estimator == "spa":
+            advantages = self._spa_advantages(k, scored, table)
+        else:
+            advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
         rows = rows_from_episodes(scored, advantages)
         update = self.learner.update(rows)
         await push_weights(self.learner, self.policy, self.out / "pushed")
@@ -183,6 +190,20 @@ class Trainer:
             "update_tokens_per_s": update.get("tokens", 0.0) / max(done - collected, 1e-9),
             **{f"update/{k2}": v for k2, v in update.items()},
         }
+
+    def _spa_advantages(self, k: int, episodes: list[Episode], table: TurnTable) -> np.ndarray:
+        """SPA without a critic: contributions of the (re)fitted progress estimator plus
+        grounding, then group-normalized returns (``credit.spa(estimator="group")``)."""
+        from agentgym.trainers.progress import ProgressEstimator, turn_features
+
+        features = turn_features(self.learner.model, episodes)
+        if self.progress is None:
+            self.progress = ProgressEstimator(hidden_size=features.shape[1],
+                                              seed=self.cfg.learner.seed)
+        if k % self.cfg.spa_refit_every == 0 and len(table):
+            self.progress.fit(features, table)
+        return credit.spa(table, self.progress.contributions(features), estimator="group",
+                          **self.cfg.estimator_kwargs)
 
     def log(self, record: dict[str, Any]) -> None:
         with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
