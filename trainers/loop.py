@@ -197,10 +197,11 @@ class Trainer:
         from agentgym.trainers.progress import ProgressEstimator, turn_features
 
         features = turn_features(self.learner.model, episodes)
-        if self.progress is None:
+        fresh = self.progress is None  # first step, or first after a resume: fit it now
+        if fresh:
             self.progress = ProgressEstimator(hidden_size=features.shape[1],
                                               seed=self.cfg.learner.seed)
-        if k % self.cfg.spa_refit_every == 0 and len(table):
+        if (fresh or k % self.cfg.spa_refit_every == 0) and len(table):
             self.progress.fit(features, table)
         return credit.spa(table, self.progress.contributions(features), estimator="group",
                           **self.cfg.estimator_kwargs)
