@@ -9,10 +9,13 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from agentgym.trainers.learner import Learner, LearnerConfig
 from agentgym.trainers.loop import TrainConfig, train
+
+pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test command and CI
 
 TINY = {
     "env": "agentgym/Sokoban-v0", "env_kwargs": {"dim_room": [5, 5]}, "estimator": "gigpo",
@@ -75,8 +78,6 @@ def test_killed_run_resumes_to_the_same_parameters(tmp_path):
 
 
 def test_bad_configuration():
-    import pytest
-
     with pytest.raises(ValueError, match="unknown estimator"):
         TrainConfig.from_dict({**TINY, "estimator": "ppo2"})
     if not torch.cuda.is_available():
