@@ -94,18 +94,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from hydra import compose, initialize_config_module
-    from hydra.errors import HydraException
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
+    from agentgym.conf import CONFIG_ERRORS, compose
     from agentgym.trainers.loop import TrainConfig, train  # the command, not the core, needs it
 
     try:
-        with initialize_config_module("agentgym.conf", version_base=None):
-            cfg = TrainConfig.from_dict(
-                OmegaConf.to_container(compose("train", overrides=args.overrides), resolve=True))
-    except (HydraException, OmegaConfBaseException, TypeError, ValueError) as exc:
+        cfg = TrainConfig.from_dict(
+            OmegaConf.to_container(compose("train", args.overrides), resolve=True))
+    except (*CONFIG_ERRORS, TypeError, ValueError) as exc:
         console.print(f"[red]agentgym train: bad configuration:[/red] {exc}", highlight=False)
         return 2
     train(cfg)

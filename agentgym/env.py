@@ -28,7 +28,6 @@ from gymnasium import spaces
 
 __all__ = [
     "EnvInfo",
-    "INFO_KEYS",
     "TextEnv",
     "UnicodeText",
     "coerce_action",
@@ -90,9 +89,6 @@ class EnvInfo(TypedDict, total=False):
     error: str
     """Infrastructure failure text. An episode with an error is truncated; the batch goes on."""
 
-
-#: The reserved ``info`` keys, in documentation order.
-INFO_KEYS: tuple[str, ...] = tuple(EnvInfo.__annotations__)
 
 class TextEnv(gym.Env[str, str]):
     """Base class of agentgym environments: a Gymnasium env with text observations and actions.

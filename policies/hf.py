@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentgym.policies.batching import left_pad
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policy import Generation, GenerationRequest, SamplingParams
 
@@ -182,8 +183,7 @@ class HFPolicy:
         (rows, longest prompt) and the position of the next token (rows,).
         """
         distinct, index = _unique(prompts)
-        ids, mask = _left_pad(distinct, self.tokenizer.pad_token_id, self.device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = left_pad(distinct, self.tokenizer.pad_token_id, self.device)
         out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                          use_cache=True, logits_to_keep=1)
         logits, cache = out.logits[:, -1], out.past_key_values
@@ -264,18 +264,6 @@ def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
     configured = getattr(model.generation_config, "eos_token_id", None)
     ids.update(configured if isinstance(configured, list) else [configured])
     return {i for i in ids if i is not None}
-
-
-def _left_pad(prompts: list[list[int]], pad_id: int,
-              device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, attention mask), both (rows, longest prompt), prompts right-aligned."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,

@@ -10,7 +10,6 @@ import agentgym
 from agentgym.episode import Episode
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import RequestBatcher, Task, Timeouts, acollect, collect, default_tasks
-from agentgym.policies.prompting import Prompter
 from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 
 SOKOBAN = "agentgym/Sokoban-v0"

@@ -118,13 +118,13 @@ def _whiten(values: Array, eps: float) -> Array:
     return (values - values.mean()) / (values.std() + eps)
 
 
-def _episode_relative(table: TurnTable, outcome: Array, *, norm_std: bool, eps: float,
-                      ddof: int = 0) -> Array:
-    """(R^i - mean_g R) / (std_g R + eps) per episode (or centred only); groups of one get 0."""
-    groups = table.episode_group
-    mean, std, count = segment_stats(outcome, groups, table.num_groups, ddof=ddof)
-    centered = np.where(count[groups] > 1, outcome - mean[groups], 0.0)
-    return centered / (std[groups] + eps) if norm_std else centered
+def normalize_within(values: Array, segments: Array, num_segments: int, *, norm_std: bool = True,
+                     eps: float = 1e-6, ddof: int = 0) -> Array:
+    """(x - mean_seg) / (std_seg + eps) per element (centred only with ``norm_std=False``);
+    elements alone in their segment get 0."""
+    mean, std, count = segment_stats(values, segments, num_segments, ddof=ddof)
+    centered = np.where(count[segments] > 1, values - mean[segments], 0.0)
+    return centered / (std[segments] + eps) if norm_std else centered
 
 
 # --- baselines ---------------------------------------------------------------------------------
@@ -134,7 +134,8 @@ def grpo(table: TurnTable, *, norm_std: bool = True, eps: float = 1e-6) -> Array
     """GRPO: A^i = (R^i - mean_g R) / (std_g R + eps), the population std over the group's
     episodes; ``norm_std=False`` is Dr. GRPO (centring only). Every turn of episode i gets A^i."""
     _check_finite("episode outcomes", table.episode_outcome)
-    return _episode_relative(table, table.episode_outcome, norm_std=norm_std, eps=eps)[table.episode]
+    return normalize_within(table.episode_outcome, table.episode_group, table.num_groups,
+                            norm_std=norm_std, eps=eps)[table.episode]
 
 
 def rloo(table: TurnTable) -> Array:
@@ -289,7 +290,7 @@ def gigpo(
         values, segments = row_score, table.group
     else:
         values, segments = episode_score, table.episode_group
-    mean, std, count = segment_stats(values, segments, table.num_groups, ddof=ddof)
+    mean, std, _ = segment_stats(values, segments, table.num_groups, ddof=ddof)
     episodes_per_group = np.bincount(table.episode_group, minlength=table.num_groups)
     single = episodes_per_group[segments] == 1
     if flags["unit_singletons"]:
@@ -311,9 +312,8 @@ def gigpo(
     num_step_groups = int(step_group.max(initial=-1)) + 1
 
     # Step 4: step advantage within each step group.
-    s_mean, s_std, s_count = segment_stats(returns, step_group, num_step_groups, ddof=ddof)
-    s_centered = np.where(s_count[step_group] > 1, returns - s_mean[step_group], 0.0)
-    step_adv = s_centered / (s_std[step_group] + eps) if norm == "std" else s_centered
+    step_adv = normalize_within(returns, step_group, num_step_groups, norm_std=norm == "std",
+                                eps=eps, ddof=ddof)
 
     # Step 5.
     return episode_adv + omega * step_adv
@@ -367,9 +367,7 @@ def igpo(
     # Step 3: one segment per (group, kind) for "separate", one per group for "joint".
     segments = table.group * 2 + last if norm == "separate" else table.group
     num = 2 * table.num_groups if norm == "separate" else table.num_groups
-    mean, std, count = segment_stats(rewards, segments, num)
-    normalized = np.where(count[segments] > 1, (rewards - mean[segments]) / (std[segments] + eps),
-                          0.0)
+    normalized = normalize_within(rewards, segments, num, eps=eps)
     return _reverse_discount(table, normalized, gamma)
 
 
@@ -409,6 +407,4 @@ def spa(
     if estimator != "group":
         raise ValueError(f"estimator must be 'gae' or 'group', got {estimator!r}")
     returns = discounted_returns(table, rewards, gamma)
-    mean, std, count = segment_stats(returns, table.group, table.num_groups)
-    return np.where(count[table.group] > 1, (returns - mean[table.group]) / (std[table.group] + eps),
-                    0.0)
+    return normalize_within(returns, table.group, table.num_groups, eps=eps)

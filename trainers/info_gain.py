@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from agentgym.episode import Episode
+from agentgym.policies.batching import budget_batches, left_pad
 from agentgym.policies.models import encode_chat
 
 __all__ = ["answer_scores", "naive_answer_scores", "scoring_sequences"]
@@ -93,21 +94,11 @@ def answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Sequence[
     :func:`agentgym.trainers.credit.igpo` takes them. Batched; see the module docstring."""
     sequences = scoring_sequences(tokenizer, prompter, episodes, answers, template)
     device = next(model.parameters()).device
-    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i][0]))
     scores = [0.0] * len(sequences)
-    batch: list[int] = []
-
-    def run(indices: list[int]) -> None:
-        width = len(sequences[indices[0]][0])
+    for indices in budget_batches([len(seq) for seq, _, _ in sequences], token_budget):
         tail = max(len(sequences[i][0]) - sequences[i][1] for i in indices)  # span start to end
-        ids = torch.full((len(indices), width), tokenizer.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(indices), width), dtype=torch.long)
-        for row, i in enumerate(indices):
-            seq = sequences[i][0]
-            ids[row, width - len(seq):] = torch.tensor(seq)
-            mask[row, width - len(seq):] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ids, mask, positions = left_pad([sequences[i][0] for i in indices],
+                                        tokenizer.pad_token_id, device)
         logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                        use_cache=False, logits_to_keep=tail + 1).logits[:, :-1].float()
         logprobs = torch.log_softmax(logits, -1).gather(-1, ids[:, -tail:, None]).squeeze(-1)
@@ -116,14 +107,6 @@ def answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Sequence[
             # Column c of the kept window holds the token at position width - tail + c.
             first = start - (len(seq) - tail)
             scores[i] = logprobs[row, first:first + end - start].mean().item()
-
-    for i in order:
-        if batch and len(sequences[batch[0]][0]) * (len(batch) + 1) > token_budget:
-            run(batch)
-            batch = []
-        batch.append(i)
-    if batch:
-        run(batch)
     return _to_rows(episodes, scores)
 
 

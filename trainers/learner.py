@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from agentgym.episode import Episode
+from agentgym.policies.batching import budget_batches, left_pad
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss
 
@@ -61,7 +62,6 @@ class LearnerConfig:
     (verl's default); ``"generator"``: those the generator returned are used."""
     device: str = "auto"
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -93,16 +93,7 @@ def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray) -> l
 
 
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
-    """Indices of ``rows`` split greedily (longest first) so that padded length x rows <= budget;
-    a row longer than the budget goes alone."""
-    order = sorted(range(len(rows)), key=lambda i: -rows[i].length)
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and rows[batches[-1][0]].length * (len(batches[-1]) + 1) <= budget:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
+    return budget_batches([r.length for r in rows], budget)
 
 
 class Learner:
@@ -148,15 +139,9 @@ class Learner:
         right-aligned: row i's response occupies the last ``len(response_i)`` columns.
         """
         model = model or self.model
-        width = max(r.length for r in rows)
         longest = max(len(r.response_ids) for r in rows)
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        attention = torch.zeros(len(rows), width, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, width - r.length:] = torch.tensor(r.prompt_ids + r.response_ids)
-            attention[i, width - r.length:] = 1
-        ids, attention = ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        ids, attention, positions = left_pad([r.prompt_ids + r.response_ids for r in rows], 0,
+                                             self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
                            use_cache=False, logits_to_keep=longest + 1).logits
@@ -198,8 +183,6 @@ class Learner:
             if len(lp) != len(r.response_ids):
                 raise ValueError("a row's generator logprobs do not match its response length")
         use_kl = cfg.kl_coef > 0
-        if use_kl and self.reference is None and cfg.lora_rank == 0:
-            raise ValueError("kl_coef > 0 needs a reference model")
         history: list[dict[str, float]] = []
         rng = random.Random(cfg.seed + self.step)
         for _ in range(cfg.ppo_epochs):

@@ -22,6 +22,7 @@ import numpy as np
 from rich.console import Console
 
 from agentgym.episode import Episode, TurnTable
+from agentgym.harness.eval import summarize
 from agentgym.policy import SamplingParams
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
@@ -108,8 +109,7 @@ class TrainConfig:
 
 
 def _success(episodes: list[Episode]) -> float | None:
-    scored = [e for e in episodes if e.error is None]
-    return float(np.mean([e.success for e in scored])) if scored else None
+    return summarize(episodes)["success_rate"]
 
 
 class Trainer:

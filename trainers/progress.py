@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from agentgym.episode import Episode, TurnTable
+from agentgym.policies.batching import budget_batches, left_pad
 
 __all__ = ["ProgressEstimator", "turn_features"]
 
@@ -33,23 +34,12 @@ def turn_features(model: Any, episodes: Sequence[Episode], token_budget: int = 8
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
     device = next(model.parameters()).device
     out = np.zeros((len(sequences), model.config.hidden_size), dtype=np.float32)
-    order = sorted(range(len(sequences)), key=lambda i: -len(sequences[i]))
-    start = 0
-    while start < len(order):
-        width = len(sequences[order[start]])
-        count = max(1, token_budget // max(width, 1))
-        chunk = order[start:start + count]
-        start += len(chunk)
-        ids = torch.zeros(len(chunk), width, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
-        for row, i in enumerate(chunk):  # left-padded: every last token sits at the end
-            ids[row, width - len(sequences[i]):] = torch.tensor(sequences[i])
-            mask[row, width - len(sequences[i]):] = 1
-        ids, mask = ids.to(device), mask.to(device)
-        hidden = model(input_ids=ids, attention_mask=mask,
-                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0), use_cache=False,
-                       output_hidden_states=True, logits_to_keep=1).hidden_states[-1]
-        out[chunk] = hidden[:, -1].float().cpu().numpy()
+    for chunk in budget_batches([len(s) for s in sequences], token_budget):
+        ids, mask, positions = left_pad([sequences[i] for i in chunk], 0, device)
+        hidden = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                       use_cache=False, output_hidden_states=True,
+                       logits_to_keep=1).hidden_states[-1]
+        out[chunk] = hidden[:, -1].float().cpu().numpy()  # left-padded: last token at the end
     return out
 
 

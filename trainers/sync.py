@@ -36,12 +36,13 @@ async def push_weights(learner: Learner, policy: Any, directory: str | Path,
                         "learner's model nor serves through vLLM")
     directory = Path(directory)
     lora = learner.config.lora_rank > 0
-    path = directory / f"{'adapter' if lora else 'weights'}-{learner.step:06d}"
+    kind = "adapter" if lora else "weights"
+    path = directory / f"{kind}-{learner.step:06d}"
     learner.model.save_pretrained(path)
     if lora:
         await policy.load_lora(ADAPTER_NAME, path)
     else:
         await policy.reload_weights(path)
     policy.policy_version = learner.step
-    for old in sorted(directory.glob("adapter-*") if lora else directory.glob("weights-*"))[:-keep]:
+    for old in sorted(directory.glob(f"{kind}-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

@@ -14,14 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from hydra import compose, initialize_config_module
-from hydra.errors import HydraException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from rich.console import Console
 from rich.table import Table
 
+from agentgym.conf import CONFIG_ERRORS, compose
 from agentgym.episode import Episode, save_episodes
 from agentgym.policy import SamplingParams
 from agentgym.rollout import acollect, default_tasks
@@ -69,8 +67,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
 
 def compose_eval_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The eval config of ``agentgym/conf/eval.yaml`` with Hydra command-line overrides."""
-    with initialize_config_module("agentgym.conf", version_base=None):
-        return compose("eval", overrides=list(overrides))
+    return compose("eval", overrides)
 
 
 def _out_dir(cfg: DictConfig) -> Path:
@@ -134,7 +131,7 @@ def print_summary(out: Path, summary: dict[str, Any]) -> None:
 def run_eval_cli(overrides: Sequence[str]) -> int:
     try:
         cfg = compose_eval_config(overrides)
-    except (HydraException, OmegaConfBaseException) as exc:
+    except CONFIG_ERRORS as exc:
         console.print(f"[red]agentgym eval: bad configuration:[/red] {exc}", highlight=False)
         return 2
     out, summary = asyncio.run(run_eval(cfg))

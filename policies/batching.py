@@ -1,0 +1,42 @@
+"""Packing token sequences into model batches, shared by generation, training and scoring.
+
+Sequences are left-padded, so that every sequence ends at the last position: the LM head then
+runs only on the last positions (``logits_to_keep``), and the positions that matter line up.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["budget_batches", "left_pad"]
+
+
+def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids, attention mask, position ids), each (rows, longest), sequences right-aligned.
+
+    Position ids count real tokens only, so a padded sequence sees the positions it would alone.
+    """
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, width - len(seq):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Indices split greedily, longest first, so that longest length x rows <= ``budget`` tokens
+    per batch; a sequence longer than the budget goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
