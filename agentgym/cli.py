@@ -4,6 +4,7 @@
     agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
     agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
     agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
+    agentgym serve [--port 0 ...]       serve env sessions over HTTP (see agentgym.server.main)
     agentgym --version
 """
 
@@ -18,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 import agentgym
+from agentgym.server import main as server_main  # argparse only: `serve` loads the server
 
 console = Console()
 
@@ -109,6 +111,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    return server_main.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description="A gym for LLM agents.")
     parser.add_argument("--version", action="version", version=f"agentgym {agentgym.__version__}")
@@ -133,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a policy with RL (Hydra overrides)")
     p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
+    server_main.add_arguments(p)
+    p.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -254,7 +254,7 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             start = time.perf_counter()
             generation = await run.batcher.submit(request)
             generated = time.perf_counter()
-            action = run.prompter.parse(generation.text)
+            action = run.prompter.parse(generation.text, info.get("admissible_actions"))
             phase = "step"
             next_obs, reward, terminated, truncated, next_info = await _bounded(
                 astep(action or ""), step_timeout)

@@ -3,12 +3,15 @@
 The chat has the shape that multi-turn agents are trained on::
 
     system:    how to act + the task (instruction)
+    user/assistant: demonstration turns (``examples``), if any
     user:      observation 1            ┐ the last ``history`` turns
     assistant: response 1               ┘ (all of them when ``history`` is None)
     user:      current observation (+ admissible actions when the env lists them)
 
 An action is the content of the last ``<action>...</action>`` in a response (the tag is
-configurable). A response without it has a broken format: the turn is marked invalid and the env
+configurable). With ``bare_actions=True`` a response without the tag that is, as a whole, one of
+the env's admissible actions (compared by :func:`~agentgym.env.match_action`) is accepted too:
+small models often answer "go to bed 1" and nothing else. Any other response has a broken format: the turn is marked invalid and the env
 receives an empty action, which every env answers as invalid, so that the episode clock still
 advances.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from agentgym.env import extract_tag
+from agentgym.env import extract_tag, match_action
 
 __all__ = ["FAMILY_PROMPTS", "Prompter"]
 
@@ -47,10 +50,20 @@ class Prompter:
     """Append the env's ``admissible_actions`` (when given) to the current observation."""
     system_prompt: str | None = None
     """Replaces the family's role description when set."""
+    bare_actions: bool = False
+    """Also accept an untagged response that is exactly one admissible action."""
+    examples: tuple[tuple[str, str], ...] = ()
+    """Demonstration turns, (observation, response) pairs shown after the system message in
+    every prompt (few-shot prompting: a small model copies their answer format)."""
 
     def __post_init__(self) -> None:
         if self.history is not None and self.history < 0:
             raise ValueError(f"history must be >= 0 or None, got {self.history}")
+        examples = tuple(tuple(pair) for pair in self.examples)
+        if not all(len(pair) == 2 and all(isinstance(x, str) for x in pair) for pair in examples):
+            raise ValueError(f"examples must be (observation, response) pairs of strings, "
+                             f"got {self.examples!r:.120}")
+        object.__setattr__(self, "examples", examples)
 
     def system(self, instruction: str) -> str:
         role, example = FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
@@ -75,14 +88,18 @@ class Prompter:
         oldest first, of which only the last ``history`` are kept."""
         kept = past if self.history is None else past[max(0, len(past) - self.history):]
         messages = [{"role": "system", "content": system}]
-        for obs, response in kept:
+        for obs, response in (*self.examples, *kept):
             messages += [{"role": "user", "content": obs}, {"role": "assistant", "content": response}]
         messages.append({"role": "user", "content": self.user(observation, admissible)})
         return messages
 
-    def parse(self, response: str) -> str | None:
-        """The action in ``response``, or ``None`` when the format is broken."""
-        return extract_tag(response, self.action_tag)
+    def parse(self, response: str, admissible: Sequence[str] | None = None) -> str | None:
+        """The action in ``response``, or ``None`` when the format is broken. ``admissible``
+        (the env's ``admissible_actions``) is consulted only with ``bare_actions``."""
+        action = extract_tag(response, self.action_tag)
+        if action is None and self.bare_actions and admissible:
+            action = match_action(response, admissible)
+        return action
 
     def format_action(self, action: str) -> str:
         """A response that carries ``action`` in this prompter's format (for scripted policies)."""

@@ -60,7 +60,9 @@ class TrainConfig:
     max_turns: int = 10
     max_tokens: int = 64
     temperature: float = 1.0
-    history: int | None = 2
+    prompt: dict[str, Any] = field(default_factory=dict)
+    """Fields of :class:`~agentgym.policies.prompting.Prompter` (history, bare_actions,
+    examples, ...); the family comes from the env's manifest."""
     concurrency: int = 64
     eval_every: int = 5
     eval_tasks: int = 32
@@ -86,6 +88,9 @@ class TrainConfig:
                     "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
                     "not fully apply reloaded weights (see tests/test_weight_sync.py); use "
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
+        from agentgym.policies.prompting import Prompter
+
+        Prompter(**self.prompt)  # raises on unknown or bad fields
         if self.estimator not in ESTIMATORS and self.estimator != "spa":
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
                              f"{sorted(ESTIMATORS) + ['spa']}")
@@ -133,7 +138,7 @@ class Trainer:
             self.policy = VLLMPolicy.launch(
                 cfg.learner.model, enable_lora=cfg.learner.lora_rank > 0,
                 max_lora_rank=max(cfg.learner.lora_rank, 8), env={"VLLM_SERVER_DEV_MODE": "1"})
-        self.prompter = Prompter(family=manifest(cfg.env).family, history=cfg.history)
+        self.prompter = Prompter(family=manifest(cfg.env).family, **cfg.prompt)
         self.progress: Any = None  # SPA's estimator, made on first use
         self.start_step = 0
         checkpoint = self.out / "checkpoint"

@@ -1,4 +1,5 @@
-"""Fast pure-Python text games: Sokoban and a household world in the spirit of ALFWorld."""
+"""Fast pure-Python text games: Sokoban, a household world in the spirit of ALFWorld, and
+guess-the-number."""
 
 from agentgym.registry import EnvManifest, register as _register
 
@@ -18,6 +19,14 @@ def register() -> None:
         "agentgym.envs.textgames.household:HouseholdEnv",
         manifest=EnvManifest(
             description="ALFWorld-style household tasks: find, clean, heat, cool, light, place",
+            family="textgames",
+        ),
+    )
+    _register(
+        "agentgym/GuessNumber-v0",
+        "agentgym.envs.textgames.guess_number:GuessNumberEnv",
+        manifest=EnvManifest(
+            description="Find a secret number from higher/lower feedback (small-model learning task)",
             family="textgames",
         ),
     )

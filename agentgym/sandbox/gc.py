@@ -1,0 +1,99 @@
+"""``agentgym sandbox gc``: remove what crashed processes' sandboxes left behind.
+
+A process that exits normally cleans up after itself (``close()`` and exit hooks). One that is
+SIGKILLed leaves containers (labelled ``agentgym.sandbox=1``), host directories
+(``<tempdir>/agentgym-sb-<pid>-<start>-<id>``) and cgroups (``.../agentgym/<pid>-<start>-<id>``);
+bubblewrap's processes die with their parent. Every one of them names its owner, so :func:`gc`
+can leave those of live processes alone.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentgym.sandbox.base import HOST_DIR_PREFIX, SandboxError
+from agentgym.sandbox.cgroups import Cgroups, parent_dirs
+from agentgym.sandbox.owner import Owner, owner_alive
+
+__all__ = ["GcReport", "gc"]
+
+
+@dataclass
+class GcReport:
+    """What :func:`gc` removed, and which parts it could not look at (with the reason)."""
+
+    containers: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
+    cgroups: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [(f"removed {len(self.containers)} container(s), {len(self.dirs)} host dir(s), "
+                  f"{len(self.cgroups)} cgroup(s)")]
+        lines += [f"  container {c}" for c in self.containers]
+        lines += [f"  dir {d}" for d in self.dirs]
+        lines += [f"  cgroup {g}" for g in self.cgroups]
+        lines += [f"  skipped {s}" for s in self.skipped]
+        return "\n".join(lines)
+
+
+def _doomed(owner: Owner | None, age_s: float, older_than_s: float, only_dead_owners: bool) -> bool:
+    if owner is None or age_s < older_than_s:
+        return False
+    return not (only_dead_owners and owner_alive(owner))
+
+
+def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool = True,
+       local: bool = True) -> GcReport:
+    """Remove leftover sandboxes: containers, host directories and cgroups.
+
+    Args:
+        older_than_s: only things created at least this many seconds ago.
+        only_dead_owners: only things whose creating process is gone (the safe default). With
+            ``False``, live processes' sandboxes go too: run it from a fresh process only.
+        docker: look at containers (skipped, and said so in the report, without a daemon).
+        local: look at host directories and cgroups.
+    """
+    report = GcReport()
+    if docker:
+        try:
+            from agentgym.sandbox.docker import remove_containers
+
+            report.containers = remove_containers(older_than_s=older_than_s,
+                                                  only_dead_owners=only_dead_owners)
+        except SandboxError as exc:
+            report.skipped.append(f"docker: {exc}")
+    if local:
+        now = time.time()
+        for path in sorted(Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")):
+            owner = Owner.from_tag(path.name[len(HOST_DIR_PREFIX):])
+            if path.is_dir() and _doomed(owner, now - path.stat().st_mtime, older_than_s,
+                                         only_dead_owners):
+                shutil.rmtree(path, ignore_errors=True)
+                report.dirs.append(str(path))
+        try:
+            parents = parent_dirs()
+        except OSError as exc:
+            report.skipped.append(f"cgroups: {exc}")
+            return report
+        groups: dict[str, dict[str, Path]] = defaultdict(dict)
+        for controller, parent in parents.items():
+            if parent.is_dir():
+                for d in parent.iterdir():
+                    if d.is_dir():
+                        groups[d.name][controller] = d
+        for name, dirs in sorted(groups.items()):
+            age = now - min(d.stat().st_mtime for d in dirs.values())
+            if _doomed(Owner.from_tag(name), age, older_than_s, only_dead_owners):
+                try:
+                    Cgroups(dirs).remove()
+                except OSError as exc:
+                    report.skipped.append(f"cgroup {name}: {exc}")
+                else:
+                    report.cgroups.append(name)
+    return report

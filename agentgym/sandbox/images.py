@@ -1,0 +1,166 @@
+"""``agentgym build``: container images for env families, built without network access.
+
+The host makes a wheelhouse (``pip wheel`` of agentgym and its core dependencies, plus the
+extras the family's envs declare) in a temporary build context, and each
+``containers/<family>/Dockerfile`` installs from it with ``pip install --no-index``. Images are
+tagged ``agentgym/<family>:<agentgym version>`` and ``:latest`` and labelled
+``agentgym.image=<family>``, ``agentgym.version``, ``agentgym.base``. Dockerfiles stay within
+the legacy builder (no BuildKit on the CI machines).
+
+Machines without a registry first build the base image offline (:func:`build_base_image`:
+mmdebstrap + ``docker import``, ``containers/base/build.sh``) and pass
+``base_image=OFFLINE_BASE_IMAGE``. The wheels are built for the host's Python, so the base image
+must have the same Python minor version (3.11 on both bookworm bases).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import agentgym
+from agentgym._version import __version__
+from agentgym.sandbox.base import SandboxError
+
+__all__ = [
+    "DEFAULT_BASE_IMAGE",
+    "OFFLINE_BASE_IMAGE",
+    "build_base_image",
+    "build_images",
+    "build_wheelhouse",
+    "containers_dir",
+    "image_exists",
+    "image_families",
+]
+
+DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
+OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
+
+
+def containers_dir() -> Path:
+    """The ``containers/`` directory: ``$AGENTGYM_CONTAINERS``, else the one next to the
+    agentgym source tree (a checkout; wheels do not ship it)."""
+    path = Path(os.environ.get("AGENTGYM_CONTAINERS")
+                or Path(agentgym.__file__).resolve().parent.parent / "containers")
+    if not (path / "base" / "build.sh").is_file():
+        raise SandboxError(f"no containers/ directory at {path}: building images needs a checkout "
+                           "of agentgym's source (or AGENTGYM_CONTAINERS pointing at one)")
+    return path
+
+
+def image_families() -> list[str]:
+    """Families with a ``containers/<family>/Dockerfile``."""
+    return sorted(d.name for d in containers_dir().iterdir() if (d / "Dockerfile").is_file())
+
+
+def _client(client: Any) -> Any:
+    if client is not None:
+        return client
+    from agentgym.sandbox.docker import docker_client
+
+    return docker_client()
+
+
+def image_exists(tag: str, *, client: Any = None) -> bool:
+    """Whether the daemon has image ``tag`` locally."""
+    import docker.errors
+
+    try:
+        _client(client).images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, rebuild: bool = False,
+                     client: Any = None) -> str:
+    """Build the offline base image (Debian bookworm minbase + python3 + venv, ~220 MB, ~50 s)
+    unless it exists; returns ``tag``. Needs mmdebstrap, apt access to a Debian mirror, and
+    docker."""
+    if not rebuild and image_exists(tag, client=client):
+        return tag
+    if shutil.which("mmdebstrap") is None:
+        raise SandboxError("building the offline base image needs mmdebstrap "
+                           "(apt-get install -y mmdebstrap)")
+    proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SandboxError(f"containers/base/build.sh failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-4000:]}")
+    return tag
+
+
+def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
+    """``pip wheel`` agentgym (with ``extras``) and its dependencies into ``dest``; the wheels.
+    Dependencies come from the host's pip configuration (index, cache, find-links)."""
+    project = containers_dir().parent
+    requirement = f"{project}[{','.join(sorted(extras))}]" if extras else str(project)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-build-isolation",
+                           "--wheel-dir", str(dest), requirement],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SandboxError(f"pip wheel failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return sorted(dest.glob("*.whl"))
+
+
+def _family_extras(family: str) -> tuple[str, ...]:
+    return tuple(sorted({e for m in agentgym.list_envs().values() if m.family == family
+                         for e in m.extras}))
+
+
+def build_images(families: Sequence[str] | None = None, *, base_image: str = DEFAULT_BASE_IMAGE,
+                 tag: str = __version__, client: Any = None,
+                 log: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Build ``agentgym/<family>:<tag>`` (and ``:latest``) for each family (default: every
+    :func:`image_families`); returns ``{family: image}``.
+
+    ``base_image`` is the ``BASE_IMAGE`` build argument; :data:`OFFLINE_BASE_IMAGE` is built
+    first if missing. Raises :class:`SandboxError` with the build log's tail on failure.
+    """
+    import docker.errors
+
+    client = _client(client)
+    say = log or (lambda _msg: None)
+    available = image_families()
+    families = list(families or available)
+    unknown = sorted(set(families) - set(available))
+    if unknown:
+        raise SandboxError(f"no Dockerfile for {unknown} in {containers_dir()}; "
+                           f"families with one: {available}")
+    if base_image == OFFLINE_BASE_IMAGE:
+        say(f"base image {base_image}")
+        build_base_image(base_image, client=client)
+    images = {}
+    with tempfile.TemporaryDirectory(prefix="agentgym-build-") as tmp:
+        context = Path(tmp)
+        extras = {e for f in families for e in _family_extras(f)}
+        wheels = build_wheelhouse(context / "wheels", sorted(extras))
+        say(f"wheelhouse: {len(wheels)} wheels")
+        for family in families:
+            shutil.copytree(containers_dir() / family, context / family)
+            image = f"agentgym/{family}:{tag}"
+            family_extras = _family_extras(family)
+            requirement = f"agentgym[{','.join(family_extras)}]" if family_extras else "agentgym"
+            say(f"building {image} from {base_image}")
+            try:
+                built, _ = client.images.build(
+                    path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
+                    forcerm=True, pull=False,
+                    buildargs={"BASE_IMAGE": base_image, "AGENTGYM_REQ": requirement},
+                    labels={"agentgym.image": family, "agentgym.version": __version__,
+                            "agentgym.base": base_image})
+            except docker.errors.BuildError as exc:
+                tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
+                               for chunk in exc.build_log)[-4000:]
+                hint = ("" if base_image == OFFLINE_BASE_IMAGE else
+                        f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})")
+                raise SandboxError(f"building {image} failed: {exc.msg}\n{tail}{hint}") from exc
+            built.tag(f"agentgym/{family}", "latest")
+            images[family] = image
+    return images

@@ -1,0 +1,7 @@
+"""``python -m agentgym.server``: see :mod:`agentgym.server.main`."""
+
+import sys
+
+from agentgym.server.main import main
+
+sys.exit(main())

@@ -1,0 +1,242 @@
+"""The env server's HTTP API: a Starlette app over a
+:class:`~agentgym.server.sessions.SessionStore`.
+
+========================================  =====================================================
+request                                   answer
+========================================  =====================================================
+``GET /health``                           ``{"status": "ok", "sessions", "max_sessions",
+                                          "idle_timeout_s", "closed_envs", "reaped", "pid",
+                                          "uptime_s", "version"}``
+``GET /envs``                             ``{"envs": [{"id", "kind", "family", "description"}]}``
+``POST /sessions``                        ``{"session_id", "env_id", "kind", ...spaces}``
+``{env_id, kwargs?, kind?}``              (see :func:`_describe`)
+``POST /sessions/{id}/reset``             single: ``{"observation", "info"}``; parallel:
+``{seed?, options?}``                     ``{"observations", "infos", "agents"}``
+``POST /sessions/{id}/step``              ``{"observation", "reward", "terminated",
+``{action}`` or ``{actions: {agent: a}}`` "truncated", "info"}``; parallel: ``{"observations",
+                                          "rewards", "terminations", "truncations", "infos",
+                                          "agents"}``
+``DELETE /sessions/{id}``                 ``{"session_id", "closed": true}``
+========================================  =====================================================
+
+Errors are JSON ``{"error": code, "detail": text}`` with the statuses of
+:data:`agentgym.server.errors.STATUS`; the server keeps serving after any of them. Values are
+encoded by :mod:`agentgym.server.jsonsafe` (numpy scalars and arrays, tuples, sets, ... become
+JSON; anything else its ``str``). Agent names of parallel envs are JSON object keys, so they
+travel as strings; ``possible_agents`` keeps their JSON type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentgym._version import __version__
+from agentgym.server.bodies import (
+    optional_object,
+    optional_seed,
+    read_object,
+    required_object,
+    required_str,
+)
+from agentgym.server.envs import KINDS, hostable_envs, make_env
+from agentgym.server.errors import ApiError
+from agentgym.server.jsonsafe import dumps
+from agentgym.server.sessions import Session, SessionStore
+from agentgym.server.spaces import describe_space
+
+__all__ = ["ServerConfig", "create_app"]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Limits and policy of one server.
+
+    Attributes:
+        max_sessions: sessions open at once; one more answers 503 ``too_many_sessions``.
+        idle_timeout_s: seconds without a call after which a session is closed.
+        max_body_bytes: largest request body; a larger one answers 413 ``body_too_large``.
+        env_allowlist: env ids (or entry points) sessions may name; ``None`` allows every
+            registered id. Others answer 403 ``env_not_allowed``.
+        allow_entry_points: accept ``"module:factory"`` env ids (runs code the client names).
+    """
+
+    max_sessions: int = 4096
+    idle_timeout_s: float = 600.0
+    max_body_bytes: int = 1 << 20
+    env_allowlist: frozenset[str] | None = None
+    allow_entry_points: bool = False
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1 or not self.idle_timeout_s > 0 or self.max_body_bytes < 1:
+            raise ValueError(f"max_sessions and max_body_bytes must be >= 1 and idle_timeout_s "
+                             f"> 0, got {self.max_sessions}, {self.max_body_bytes}, "
+                             f"{self.idle_timeout_s}")
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return Response(dumps(payload), status_code=status, media_type="application/json")
+
+
+class _Api:
+    """The endpoints, over one store."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.store = SessionStore(config.max_sessions, config.idle_timeout_s)
+        self.started = time.monotonic()
+
+    async def health(self, request: Request) -> Response:
+        store = self.store
+        return _json({"status": "ok", "sessions": len(store), "max_sessions": store.max_sessions,
+                      "idle_timeout_s": store.idle_timeout_s, "closed_envs": store.closed_envs,
+                      "reaped": store.reaped, "pid": os.getpid(),
+                      "uptime_s": time.monotonic() - self.started, "version": __version__})
+
+    async def envs(self, request: Request) -> Response:
+        return _json({"envs": hostable_envs(self.config.env_allowlist)})
+
+    async def create(self, request: Request) -> Response:
+        body = await read_object(request, self.config.max_body_bytes)
+        env_id = required_str(body, "env_id")
+        kwargs = optional_object(body, "kwargs") or {}
+        kind = body.get("kind")
+        if kind is not None and kind not in KINDS:
+            raise ApiError("invalid_request", f"field 'kind' must be one of {list(KINDS)} or "
+                           f"null, got {kind!r}", field="kind")
+        allowlist = self.config.env_allowlist
+        if allowlist is not None and env_id not in allowlist:
+            raise ApiError("env_not_allowed", f"this server hosts only {sorted(allowlist)}")
+        allow_entry_points = self.config.allow_entry_points
+        session = await self.store.create(
+            lambda: make_env(env_id, kwargs, kind, allow_entry_points=allow_entry_points), env_id)
+        return _json(_describe(session))
+
+    async def reset(self, request: Request) -> Response:
+        session = self.store.get(request.path_params["session_id"])
+        body = await read_object(request, self.config.max_body_bytes)
+        result = await session.reset(optional_seed(body, "seed"), optional_object(body, "options"))
+        if session.kind == "single":
+            observation, info = result
+            return _json({"observation": observation, "info": info})
+        observations, infos = result
+        return _json({"observations": observations, "infos": infos,
+                      "agents": _agents(session)})
+
+    async def step(self, request: Request) -> Response:
+        session = self.store.get(request.path_params["session_id"])
+        body = await read_object(request, self.config.max_body_bytes)
+        if session.kind == "single":
+            if "action" not in body:
+                raise ApiError("invalid_request", "field 'action' is missing", field="action")
+            action = body["action"]
+            if session.text_actions and not isinstance(action, str):
+                raise ApiError("invalid_request", "field 'action' must be a string (actions are "
+                               "text)", field="action")
+            obs, reward, terminated, truncated, info = await session.step(action)
+            return _json({"observation": obs, "reward": reward, "terminated": terminated,
+                          "truncated": truncated, "info": info})
+        actions = _agent_actions(session, required_object(body, "actions"))
+        obs, rewards, terminations, truncations, infos = await session.step(actions)
+        return _json({"observations": obs, "rewards": rewards, "terminations": terminations,
+                      "truncations": truncations, "infos": infos, "agents": _agents(session)})
+
+    async def delete(self, request: Request) -> Response:
+        session_id = request.path_params["session_id"]
+        await self.store.delete(session_id)
+        return _json({"session_id": session_id, "closed": True})
+
+
+def _describe(session: Session) -> dict[str, Any]:
+    """The create answer: ``session_id``, ``env_id``, ``kind``, ``metadata``; single sessions add
+    ``observation_space``, ``action_space`` (see :func:`~agentgym.server.spaces.describe_space`),
+    ``family`` and ``step_in_thread``; parallel sessions add ``possible_agents``,
+    ``observation_spaces`` and ``action_spaces`` (by agent)."""
+    env = session.env
+    answer: dict[str, Any] = {"session_id": session.id, "env_id": session.env_id,
+                              "kind": session.kind, "metadata": dict(env.metadata)}
+    if session.kind == "single":
+        answer |= {"observation_space": describe_space(env.observation_space),
+                   "action_space": describe_space(env.action_space),
+                   "family": getattr(session.core, "family", "misc"),
+                   "step_in_thread": not session.inline}
+    else:
+        agents = list(env.possible_agents)
+        answer |= {"possible_agents": agents,
+                   "observation_spaces": {str(a): describe_space(env.observation_space(a))
+                                          for a in agents},
+                   "action_spaces": {str(a): describe_space(env.action_space(a)) for a in agents}}
+    return answer
+
+
+def _agents(session: Session) -> list[Any]:
+    return list(session.env.agents) if session.env is not None else []
+
+
+def _agent_actions(session: Session, actions: dict[str, Any]) -> dict[Any, Any]:
+    """``actions`` keyed by the env's own agent objects (JSON keys are strings); unknown or
+    finished agents answer 422."""
+    live = {str(a): a for a in _agents(session)}
+    unknown = sorted(set(actions) - set(live))
+    if unknown:
+        raise ApiError("invalid_request", f"actions for agents that are not live: {unknown}; "
+                       f"live agents: {sorted(live)}", field="actions")
+    return {live[name]: action for name, action in actions.items()}
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return _json(exc.payload(), exc.status)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = "method_not_allowed" if exc.status_code == 405 else "not_found"
+    return _json({"error": code, "detail": f"{request.method} {request.url.path}: {exc.detail}"},
+                 exc.status_code)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    return _json({"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}",
+                  "exception_type": type(exc).__name__}, 500)
+
+
+def create_app(config: ServerConfig | None = None) -> Starlette:
+    """The ASGI app. Its lifespan runs the idle reaper and, at shutdown, closes every env."""
+    api = _Api(config or ServerConfig())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        reaper = asyncio.create_task(api.store.reap_forever())
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
+            await api.store.close_all()
+
+    app = Starlette(
+        routes=[
+            Route("/health", api.health, methods=["GET"]),
+            Route("/envs", api.envs, methods=["GET"]),
+            Route("/sessions", api.create, methods=["POST"]),
+            Route("/sessions/{session_id}/reset", api.reset, methods=["POST"]),
+            Route("/sessions/{session_id}/step", api.step, methods=["POST"]),
+            Route("/sessions/{session_id}", api.delete, methods=["DELETE"]),
+        ],
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error,
+                            Exception: _internal_error},
+        lifespan=lifespan,
+    )
+    return app

@@ -1,0 +1,138 @@
+"""What an env server can host, and how a session's env is made.
+
+A session hosts one env of one of two kinds:
+
+* ``"single"``: a Gymnasium env, made with :func:`agentgym.make` from an id in Gymnasium's
+  registry (every agentgym env, every plugin's, any plain Gymnasium id). ``make``'s wrappers
+  (``TimeLimit`` from ``max_episode_steps``, order enforcing) stay on, except Gymnasium's passive
+  env checker, which is off unless the kwargs say ``disable_env_checker: false``: its warnings
+  would reach no one, and after a ``reset`` that raised (bad options), its first ``step``
+  fails with ``TypeError: cannot unpack non-iterable NoneType`` (Gymnasium 1.x).
+* ``"parallel"``: a PettingZoo ``ParallelEnv``. agentgym's registry knows Gymnasium ids only, so
+  parallel envs have their own small registry here: a plugin's ``register()`` calls
+  :func:`register_parallel` (``"agentgym/Werewolf-parallel-v0"``, ``"pkg.module:factory"``), and
+  the factory is imported and called with the session's kwargs when a session needs it.
+
+A server started with ``allow_entry_points`` (``agentgym serve --allow-entry-points``) also
+accepts ``"package.module:factory"`` as an env id: the factory is imported and called with the
+kwargs, and the kind is what it returns. That runs whatever code the client names, so it is off
+by default and meant for tests and trusted callers only.
+
+One id may be registered as both kinds (a single-seat Gymnasium wrapper and a parallel env of the
+same game); the session request's ``kind`` picks one, and without ``kind`` the Gymnasium id wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import re
+from typing import Any, Callable, Literal
+
+import gymnasium as gym
+
+from agentgym.registry import UnknownEnvError, list_envs, make, manifest
+from agentgym.server.errors import ApiError
+
+__all__ = ["KINDS", "Kind", "hostable_envs", "make_env", "register_parallel"]
+
+Kind = Literal["single", "parallel"]
+KINDS: tuple[Kind, ...] = ("single", "parallel")
+
+_parallel: dict[str, str] = {}
+_ENTRY_POINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def register_parallel(id: str, entry_point: str) -> None:
+    """Make the PettingZoo ``ParallelEnv`` factory ``entry_point`` (``"module:attr"``, imported
+    only when a session needs it) available to env servers as ``id`` with kind ``"parallel"``."""
+    if not isinstance(entry_point, str) or not _ENTRY_POINT.fullmatch(entry_point):
+        raise TypeError(f"register_parallel({id!r}): entry_point must be a 'module:attr' string, "
+                        f"got {entry_point!r}")
+    _parallel[id] = entry_point
+
+
+def hostable_envs(allowlist: frozenset[str] | None = None) -> list[dict[str, Any]]:
+    """``{"id", "kind", "family", "description"}`` of every registered id a session may name
+    (within ``allowlist`` if one is given), Gymnasium ids first, each group sorted."""
+    envs = [{"id": env_id, "kind": "single", "family": m.family, "description": m.description}
+            for env_id, m in list_envs().items()]
+    envs += [{"id": env_id, "kind": "parallel", "family": "", "description": entry_point}
+             for env_id, entry_point in sorted(_parallel.items())]
+    return [e for e in envs if allowlist is None or e["id"] in allowlist]
+
+
+def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,
+             allow_entry_points: bool) -> tuple[Any, Kind]:
+    """Make the env of a new session; returns it with its kind.
+
+    Blocking (it may import the env's module): call it in a worker thread. Raises
+    :class:`~agentgym.server.errors.ApiError`: ``unknown_env`` (with close ids suggested),
+    ``env_not_allowed`` for an entry point without ``allow_entry_points``, ``invalid_kwargs`` when
+    the constructor raises ``TypeError``/``ValueError``, ``make_failed`` for anything else.
+    """
+    if kind != "parallel" and env_id in gym.registry:
+        options = {"disable_env_checker": True, **kwargs}
+        return _build(lambda: make(env_id, **options), env_id), "single"
+    if kind != "single" and env_id in _parallel:
+        return _checked(_build(lambda: _load(_parallel[env_id])(**kwargs), env_id), env_id, kind)
+    if _ENTRY_POINT.fullmatch(env_id):
+        if not allow_entry_points:
+            raise ApiError("env_not_allowed", f"{env_id!r} is an entry point; this server hosts "
+                           "registered ids only (start it with --allow-entry-points to allow them)")
+        return _checked(_build(lambda: _load(env_id)(**kwargs), env_id), env_id, kind)
+    raise ApiError("unknown_env", _unknown_message(env_id, kind))
+
+
+def _build(factory: Callable[[], Any], env_id: str) -> Any:
+    try:
+        return factory()
+    except UnknownEnvError as exc:
+        raise ApiError("unknown_env", str(exc)) from None
+    except (TypeError, ValueError) as exc:
+        message = str(exc) if env_id in str(exc) else f"{env_id}: {exc}"
+        raise ApiError("invalid_kwargs", message, exception_type=type(exc).__name__) from None
+    except Exception as exc:  # any failure of the env's own code is the client's answer
+        raise ApiError("make_failed", f"{env_id}: {type(exc).__name__}: {exc}",
+                       exception_type=type(exc).__name__) from None
+
+
+def _load(entry_point: str) -> Callable[..., Any]:
+    module_name, _, attr = entry_point.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _checked(env: Any, env_id: str, wanted: Kind | None) -> tuple[Any, Kind]:
+    """``env`` with its kind, found by its type; closes it and raises if it is not ``wanted``."""
+    from pettingzoo import ParallelEnv  # only entry points and parallel ids need it
+
+    kind: Kind | None = ("single" if isinstance(env, gym.Env)
+                         else "parallel" if isinstance(env, ParallelEnv) else None)
+    if kind is not None and wanted in (None, kind):
+        return env, kind
+    env.close()
+    raise ApiError("invalid_kwargs", f"{env_id} made a {type(env).__name__}, which is not "
+                   + ("a Gymnasium Env or a PettingZoo ParallelEnv" if kind is None
+                      else f"of the requested kind {wanted!r}"))
+
+
+def _unknown_message(env_id: str, kind: Kind | None) -> str:
+    """The registry's "did you mean" text, plus close parallel ids where they may be meant."""
+    parts = []
+    if kind != "parallel":
+        try:
+            manifest(env_id)
+        except UnknownEnvError as exc:
+            parts.append(str(exc))
+    if kind != "single":
+        close = difflib.get_close_matches(env_id, list(_parallel), n=3, cutoff=0.6)
+        if close:
+            parts.append(f"Parallel envs: did you mean {', '.join(map(repr, close))}?")
+        elif kind == "parallel":
+            note = (" (it is a Gymnasium id: ask for kind 'single')" if env_id in gym.registry
+                    else "")
+            parts.append(f"No parallel environment {env_id!r} is registered{note}.")
+    return " ".join(parts)

@@ -1,0 +1,155 @@
+"""Run an env server: bind, serve with uvicorn, announce readiness, shut down gracefully.
+
+Readiness contract (what a parent process, such as a sandbox launcher, relies on): once the
+server accepts connections it prints one line ``agentgym serve: ready {JSON}`` to stdout and, if
+a ready file was named, atomically writes the same JSON object to it (written to a temporary
+name in the same directory, then renamed). The object has ``pid`` and ``url`` and either
+``host``/``port`` (the port actually bound, also for ``port=0``) or ``uds`` (the socket's path).
+
+Shutdown: SIGTERM or SIGINT stops accepting, lets calls in flight finish (at most
+``GRACEFUL_SHUTDOWN_S``), closes every env, and exits; the process then ends by the signal it
+got, as uvicorn arranges (exit status -15 for SIGTERM). An env call stuck in a worker thread
+keeps the process from exiting: the launcher's SIGKILL (``ServerProcess.stop``) ends it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import uvicorn
+
+from agentgym.server.app import ServerConfig, create_app
+
+__all__ = ["serve"]
+
+#: Seconds a graceful shutdown waits for calls in flight before closing the envs anyway.
+GRACEFUL_SHUTDOWN_S = 10
+#: Seconds an idle keep-alive connection stays open; longer than httpx's default of 5 s on the
+#: client side, so that the client, not the server, closes idle connections (no reuse race).
+KEEP_ALIVE_S = 75
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that calls ``on_ready`` once it accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None]):
+        super().__init__(config)
+        self._on_ready = on_ready
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_ready()
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    uds: str | os.PathLike[str] | None = None,
+    max_sessions: int = 4096,
+    idle_timeout_s: float = 600.0,
+    max_body_bytes: int = 1 << 20,
+    env_allowlist: Iterable[str] | None = None,
+    allow_entry_points: bool = False,
+    ready_file: str | os.PathLike[str] | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Serve env sessions until SIGTERM/SIGINT (blocking).
+
+    Args:
+        host, port: TCP address; ``port=0`` binds a free port (announced, see the module doc).
+        uds: serve on this Unix domain socket instead of TCP (``host``/``port`` are ignored);
+            a stale socket file there is replaced. Useful where the server runs without network
+            (a bubblewrap sandbox with ``--unshare-net``) and a directory is shared.
+        max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points:
+            see :class:`~agentgym.server.app.ServerConfig`.
+        ready_file: where to write the readiness JSON.
+        log_level: uvicorn's log level (access logs are off).
+    """
+    config = ServerConfig(
+        max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, max_body_bytes=max_body_bytes,
+        env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
+        allow_entry_points=allow_entry_points,
+    )
+    app = create_app(config)
+    _log_like_uvicorn(log_level)
+    sock = _bind_unix(Path(uds)) if uds is not None else _bind_tcp(host, port)
+    uv_config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="on", backlog=4096,
+        timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        server_header=False, date_header=False,
+    )
+    server = _Server(uv_config, lambda: _announce(_ready_info(sock, host, uds), ready_file))
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        if uds is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(uds)
+
+
+def _log_like_uvicorn(level: str) -> None:
+    """Send the sessions' log (``agentgym.server``: broken sessions, reaping) to stderr at
+    ``level``, formatted as uvicorn's own lines."""
+    logger = logging.getLogger("agentgym.server")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(level.upper())
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"agentgym serve: cannot bind {host}:{port}: {exc}") from None
+    return sock
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"agentgym serve: cannot bind the Unix socket {path}: {exc}") from None
+    return sock
+
+
+def _ready_info(sock: socket.socket, host: str, uds: str | os.PathLike[str] | None
+                ) -> dict[str, Any]:
+    if uds is not None:
+        return {"pid": os.getpid(), "uds": os.fspath(uds), "url": "http://localhost"}
+    port = sock.getsockname()[1]
+    netloc = f"[{host}]" if ":" in host else host
+    return {"pid": os.getpid(), "host": host, "port": port, "url": f"http://{netloc}:{port}"}
+
+
+def _announce(info: dict[str, Any], ready_file: str | os.PathLike[str] | None) -> None:
+    text = json.dumps(info)
+    if ready_file is not None:
+        target = Path(ready_file)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    print(f"agentgym serve: ready {text}", flush=True)

@@ -1,0 +1,231 @@
+"""Sessions: one env each, their calls, their limits, and their end.
+
+A :class:`Session` serializes the calls made to its env (one at a time, in arrival order) and
+runs them without blocking the event loop, as the env asks:
+
+* a :class:`~agentgym.env.TextEnv` that implements its async twins natively (browser, remote) is
+  awaited through ``areset``/``astep`` on its unwrapped core, as the rollout engine does
+  (wrappers that ``make`` added are bypassed: they have no async twins);
+* any other env is called through the wrappers ``make`` added, directly on the event loop when
+  its core says ``step_in_thread = False`` (pure-Python envs that step in microseconds, where a
+  thread hop would cost more than the step) and in a worker thread otherwise. Envs that do not
+  say (plain Gymnasium envs, PettingZoo envs) run in a thread.
+
+Failures: ``TypeError``/``ValueError`` from ``reset`` (bad seed or options) answer 400
+``invalid_argument`` and leave the session usable, as does Gymnasium's ``ResetNeeded`` (409
+``reset_needed``). Any other exception from ``reset`` or ``step`` answers 500 ``env_error`` and
+*breaks* the session: its env is closed at once, since its state is unknown, and later calls
+answer 409 ``session_broken`` with the original error until the client deletes the session (or
+the reaper does). This is the rollout engine's rule: a failed env is never reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, Callable
+
+import gymnasium as gym
+
+from agentgym.env import TextEnv
+from agentgym.server.envs import Kind
+from agentgym.server.errors import ApiError
+
+__all__ = ["Session", "SessionStore"]
+
+log = logging.getLogger("agentgym.server")
+
+#: Seconds ``close`` waits for a call in flight before closing the env under it.
+CLOSE_WAIT_S = 10.0
+
+
+class Session:
+    """One env and the lock that serializes the calls to it; ``on_env_closed`` is called once,
+    when the env has been closed."""
+
+    def __init__(self, env_id: str, kind: Kind, env: Any, on_env_closed: Callable[[], None]):
+        self.id = uuid.uuid4().hex
+        self.env_id = env_id
+        self.kind = kind
+        self.env = env
+        core = env.unwrapped
+        self.core = core
+        self._native = isinstance(core, TextEnv) and (
+            type(core).areset is not TextEnv.areset or type(core).astep is not TextEnv.astep)
+        self.inline = not getattr(core, "step_in_thread", True)
+        self.text_actions = isinstance(core, TextEnv)
+        self.broken: str | None = None
+        self.closed = False
+        self.last_used = time.monotonic()
+        self.pending = 0  # calls waiting for or holding the lock; the reaper spares busy sessions
+        self._on_env_closed = on_env_closed
+        self._lock = asyncio.Lock()
+
+    @property
+    def busy(self) -> bool:
+        return self.pending > 0
+
+    async def reset(self, seed: int | None, options: dict[str, Any] | None) -> Any:
+        """The env's ``reset(seed=seed, options=options)`` result."""
+        return await self._call("reset", seed=seed, options=options)
+
+    async def step(self, action: Any) -> Any:
+        """The env's ``step(action)`` result."""
+        return await self._call("step", action)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.inline:
+            return fn(*args, **kwargs)
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._native:
+            return await getattr(self.core, f"a{method}")(*args, **kwargs)
+        return await self._run(getattr(self.env, method), *args, **kwargs)
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        self.pending += 1
+        try:
+            async with self._lock:
+                self._check_usable()
+                try:
+                    return await self._invoke(method, *args, **kwargs)
+                except gym.error.ResetNeeded as exc:
+                    raise ApiError("reset_needed", str(exc)) from None
+                except Exception as exc:
+                    if method == "reset" and isinstance(exc, (TypeError, ValueError)):
+                        raise ApiError("invalid_argument", f"reset: {exc}",
+                                       exception_type=type(exc).__name__) from None
+                    raise await self._break(method, exc) from exc
+        finally:
+            self.pending -= 1
+            self.last_used = time.monotonic()
+
+    def _check_usable(self) -> None:
+        if self.broken is not None:
+            raise ApiError("session_broken", f"session {self.id} is broken: {self.broken}; "
+                           "delete it and create a new one")
+        if self.closed:
+            raise ApiError("unknown_session", f"session {self.id} was closed")
+
+    async def _break(self, method: str, exc: Exception) -> ApiError:
+        """Mark the session broken and close its env; returns the ``env_error`` answer."""
+        self.broken = f"{method} raised {type(exc).__name__}: {exc}"
+        log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
+        await self._close_env()
+        return ApiError("env_error", f"{self.env_id} {self.broken}",
+                        exception_type=type(exc).__name__)
+
+    async def close(self) -> None:
+        """Close the env (once), after the call in flight, waiting for it at most
+        ``CLOSE_WAIT_S``."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            async with asyncio.timeout(CLOSE_WAIT_S):
+                await self._lock.acquire()
+        except TimeoutError:
+            log.warning("session %s: closing its env under a call that is still running", self.id)
+            await self._close_env()
+            return
+        try:
+            await self._close_env()
+        finally:
+            self._lock.release()
+
+    async def _close_env(self) -> None:
+        if self.env is None:
+            return
+        env, self.env, self.core = self.env, None, None
+        try:
+            await self._run(env.close)
+        except Exception as exc:  # the session ends either way
+            log.warning("session %s: %s.close() raised %s: %s", self.id, self.env_id,
+                        type(exc).__name__, exc)
+        finally:
+            self._on_env_closed()
+
+
+class SessionStore:
+    """The sessions of one server, within ``max_sessions``, closed when idle ``idle_timeout_s``.
+
+    ``closed_envs`` counts the envs closed so far (deleted, reaped, broken, or at shutdown).
+    """
+
+    def __init__(self, max_sessions: int, idle_timeout_s: float):
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.sessions: dict[str, Session] = {}
+        self.closed_envs = 0
+        self.reaped = 0
+        self._creating = 0
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    async def create(self, make: Callable[[], tuple[Any, Kind]], env_id: str) -> Session:
+        """A new session around the env that ``make`` (blocking; run in a worker thread) returns,
+        or ``too_many_sessions`` when ``max_sessions`` are open or being made."""
+        if len(self.sessions) + self._creating >= self.max_sessions:
+            raise ApiError("too_many_sessions", f"this server already hosts {len(self.sessions)} "
+                           f"sessions (max_sessions={self.max_sessions}); delete some or use "
+                           "another server", max_sessions=self.max_sessions)
+        self._creating += 1
+        try:
+            env, kind = await asyncio.to_thread(make)
+        finally:
+            self._creating -= 1
+        session = Session(env_id, kind, env, self._count_close)
+        self.sessions[session.id] = session
+        return session
+
+    def _count_close(self) -> None:
+        self.closed_envs += 1
+
+    def get(self, session_id: str) -> Session:
+        """The session, marked used now (so that the reaper spares it while its request's body
+        is still being read); ``unknown_session`` if there is none."""
+        try:
+            session = self.sessions[session_id]
+        except KeyError:
+            raise ApiError("unknown_session", f"no session {session_id!r}: it was never created, "
+                           "was deleted, or was closed after idling "
+                           f"{self.idle_timeout_s:g} s (idle_timeout_s)") from None
+        session.last_used = time.monotonic()
+        return session
+
+    async def delete(self, session_id: str) -> None:
+        session = self.get(session_id)
+        del self.sessions[session_id]
+        await session.close()
+
+    async def reap_idle(self) -> int:
+        """Close the sessions idle longer than ``idle_timeout_s``; returns how many."""
+        deadline = time.monotonic() - self.idle_timeout_s
+        idle = [s for s in self.sessions.values() if not s.busy and s.last_used < deadline]
+        for session in idle:
+            del self.sessions[session.id]
+        await asyncio.gather(*(s.close() for s in idle))
+        self.reaped += len(idle)
+        return len(idle)
+
+    async def reap_forever(self) -> None:
+        """Run :meth:`reap_idle` every quarter of ``idle_timeout_s`` (at most every 30 s)."""
+        interval = min(max(self.idle_timeout_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                reaped = await self.reap_idle()
+            except Exception:  # the reaper must outlive any one env's failure
+                log.exception("reaping idle sessions failed")
+                continue
+            if reaped:
+                log.info("closed %d idle session(s); %d open", reaped, len(self.sessions))
+
+    async def close_all(self) -> None:
+        """Close every session (at shutdown)."""
+        sessions, self.sessions = list(self.sessions.values()), {}
+        await asyncio.gather(*(s.close() for s in sessions))

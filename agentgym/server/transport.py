@@ -1,0 +1,159 @@
+"""HTTP to one env server, for the clients: keep-alive httpx clients and clear errors.
+
+Every failure surfaces as an :class:`~agentgym.server.errors.EnvServerError` that names the
+server's URL, never as a bare httpx exception: no connection or a dropped one is
+:class:`~agentgym.server.errors.EnvServerUnavailable`, no answer in time is
+:class:`~agentgym.server.errors.EnvServerTimeout`, an error answer is the
+:class:`~agentgym.server.errors.EnvServerHTTPError` subclass of its code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+
+from agentgym.server.errors import (
+    EnvServerError,
+    EnvServerTimeout,
+    EnvServerUnavailable,
+    error_from_response,
+)
+from agentgym.server.jsonsafe import dumps
+
+__all__ = ["Transport"]
+
+_HEADERS = {"content-type": "application/json"}
+
+
+class Transport:
+    """Requests to the server at ``url`` through a sync and an async httpx client.
+
+    Args:
+        url: the server's base URL, ``http://host:port``.
+        timeout: seconds to wait for an answer (``None``: forever); also bounds sending.
+        connect_timeout: seconds to wait for a connection.
+        uds: connect through this Unix domain socket instead of TCP (``url``'s host is then
+            only the ``Host`` header).
+        client, async_client: share these httpx clients (and their connection pools) instead of
+            making one of each; shared clients are not closed by :meth:`close`.
+
+    Clients are made on first use. Proxy settings in the environment are ignored: the server is
+    local or addressed directly. An async client made here belongs to the event loop it was made
+    on; used from another loop it is replaced.
+    """
+
+    def __init__(self, url: str, *, timeout: float | None = 120.0, connect_timeout: float = 5.0,
+                 uds: str | None = None, client: httpx.Client | None = None,
+                 async_client: httpx.AsyncClient | None = None):
+        self.url = url.rstrip("/")
+        self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self.uds = uds
+        self._client = client
+        self._owns_client = client is None
+        self._async_client = async_client
+        self._owns_async_client = async_client is None
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+
+    def _sync(self) -> httpx.Client:
+        if self._client is None:
+            transport = httpx.HTTPTransport(uds=self.uds) if self.uds else None
+            self._client = httpx.Client(base_url=self.url, timeout=self.timeout,
+                                        transport=transport, trust_env=False)
+        return self._client
+
+    def _async(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._owns_async_client and self._async_loop is not loop:
+            # A client of another (likely finished) loop cannot be closed from this one.
+            transport = httpx.AsyncHTTPTransport(uds=self.uds) if self.uds else None
+            self._async_client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout,
+                                                   transport=transport, trust_env=False)
+            self._async_loop = loop
+        assert self._async_client is not None
+        return self._async_client
+
+    def endpoint(self, path: str) -> httpx.URL:
+        """The absolute URL of ``path`` (pass it instead of ``path`` to skip the URL parsing on
+        every request)."""
+        return httpx.URL(self.url + path)
+
+    def request(self, method: str, path: str | httpx.URL, payload: Any = None, *,
+                timeout: float | None = None) -> Any:
+        """The JSON answer of ``method path`` with body ``payload``; raises EnvServerError."""
+        url = path if isinstance(path, httpx.URL) else self.endpoint(path)
+        try:
+            response = self._sync().request(method, url, **self._options(payload, timeout))
+        except httpx.HTTPError as exc:
+            raise self._failure(exc, method, url, timeout) from None
+        return self._answer(response)
+
+    async def arequest(self, method: str, path: str | httpx.URL, payload: Any = None, *,
+                       timeout: float | None = None) -> Any:
+        """Async :meth:`request`."""
+        url = path if isinstance(path, httpx.URL) else self.endpoint(path)
+        try:
+            response = await self._async().request(method, url,
+                                                   **self._options(payload, timeout))
+        except httpx.HTTPError as exc:
+            raise self._failure(exc, method, url, timeout) from None
+        return self._answer(response)
+
+    def _options(self, payload: Any, timeout: float | None) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if payload is not None:
+            options |= {"content": dumps(payload), "headers": _HEADERS}
+        if timeout is not None:
+            options["timeout"] = timeout
+        return options
+
+    def _answer(self, response: httpx.Response) -> Any:
+        try:
+            payload = json.loads(response.content) if response.content else None
+        except ValueError:
+            payload = None
+        if response.is_success:
+            if payload is None:
+                raise EnvServerError(f"env server {self.url} answered {response.status_code} "
+                                     f"without JSON: {response.text[:200]!r}", url=self.url)
+            return payload
+        raise error_from_response(self.url, response.status_code, payload, response.text)
+
+    def _failure(self, exc: httpx.HTTPError, method: str, url: httpx.URL,
+                 timeout: float | None) -> EnvServerError:
+        what = f"{method} {url}"
+        if isinstance(exc, httpx.TimeoutException):
+            seconds = timeout if timeout is not None else {
+                httpx.ConnectTimeout: self.timeout.connect, httpx.WriteTimeout: self.timeout.write,
+                httpx.PoolTimeout: self.timeout.pool}.get(type(exc), self.timeout.read)
+            return EnvServerTimeout(f"{what}: no answer within {seconds} s "
+                                    f"({type(exc).__name__})", url=self.url, seconds=seconds)
+        if isinstance(exc, httpx.TransportError):
+            where = f"{self.url} (socket {self.uds})" if self.uds else self.url
+            return EnvServerUnavailable(
+                f"env server {where} is gone or unreachable: {what} failed with "
+                f"{type(exc).__name__}: {exc or 'connection lost'}", url=self.url)
+        return EnvServerError(f"{what} failed: {type(exc).__name__}: {exc}", url=self.url)
+
+    def close(self) -> None:
+        """Close the clients this transport made (idempotent). An async client still bound to
+        a running loop is closed by a task on that loop."""
+        if self._owns_client and self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._owns_async_client and self._async_client is not None:
+            client, loop = self._async_client, self._async_loop
+            self._async_client = self._async_loop = None
+            if loop is not None and loop.is_running() and not loop.is_closed():
+                loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
+
+    async def aclose(self) -> None:
+        """Close the clients this transport made (idempotent)."""
+        if self._owns_async_client and self._async_client is not None:
+            client, self._async_client = self._async_client, None
+            if self._async_loop is asyncio.get_running_loop():
+                await client.aclose()
+            self._async_loop = None
+        self.close()

@@ -1,0 +1,243 @@
+"""The env server: Sokoban step latency in-process vs through a local server, and many sessions.
+
+Three tables:
+
+1. Startup: seconds from starting ``python -m agentgym.server --port 0`` to ``/health``
+   answering.
+2. One env, sequential steps: p50/p99 step latency in-process (``astep`` inline) and through a
+   local server with ``RemoteEnv`` (sync and async).
+3. Concurrency: N sessions (one connection each), every one stepping random admissible actions
+   in a loop for a fixed time (resetting when an episode ends); p50/p99 step latency and
+   steps/s over all sessions. Two load generators: ``RemoteEnv`` (httpx) and a minimal
+   keep-alive HTTP/1.1 client (``raw``) that costs the client side little, so that its row
+   shows what the server itself sustains. The load generator runs in this process and shares
+   the machine's cores with the server, so client cost is part of every latency.
+
+    .venv/bin/python benchmarks/server.py [--seconds 5] [--sessions 64 256 1024 2048]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import agentgym
+from agentgym.server.client import RemoteEnv
+from agentgym.server.launch import ServerProcess, wait_healthy
+
+ENV_ID = "agentgym/Sokoban-v0"
+ACTIONS = ("up", "down", "left", "right")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def startup_seconds(runs: int) -> list[float]:
+    """Seconds from spawning ``python -m agentgym.server`` to ``/health`` answering."""
+    times = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            ready = Path(tmp) / "ready.json"
+            start = time.perf_counter()
+            process = subprocess.Popen([sys.executable, "-m", "agentgym.server", "--port", "0",
+                                        "--ready-file", str(ready)], stdout=subprocess.DEVNULL)
+            try:
+                while not ready.exists():
+                    time.sleep(0.002)
+                wait_healthy(json.loads(ready.read_text())["url"], 30)
+                times.append(time.perf_counter() - start)
+            finally:
+                process.terminate()
+                process.wait(15)
+    return times
+
+
+class RawSession:
+    """One keep-alive connection speaking just enough HTTP/1.1 for this server's JSON answers
+    (``Content-Length`` bodies, no error handling): a load generator that costs little."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, path: str):
+        self.reader, self.writer, self.path = reader, writer, path
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> RawSession:
+        reader, writer = await asyncio.open_connection(host, port)
+        session = cls(reader, writer, "")
+        answer = await session.request("POST", "/sessions", {"env_id": ENV_ID})
+        session.path = f"/sessions/{answer['session_id']}"
+        return session
+
+    async def request(self, method: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        body = json.dumps(payload).encode()
+        self.writer.write(b"%s %s HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+                          b"content-length: %d\r\n\r\n%s"
+                          % (method.encode(), path.encode(), len(body), body))
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().partition(b"content-length:")[2].partition(b"\r\n")[0])
+        return json.loads(await self.reader.readexactly(length))
+
+    async def areset(self, *, seed: int) -> tuple[str, dict[str, Any]]:
+        answer = await self.request("POST", f"{self.path}/reset", {"seed": seed})
+        return answer["observation"], answer["info"]
+
+    async def astep(self, action: str) -> tuple[Any, ...]:
+        a = await self.request("POST", f"{self.path}/step", {"action": action})
+        return a["observation"], a["reward"], a["terminated"], a["truncated"], a["info"]
+
+    async def aclose(self) -> None:
+        await self.request("DELETE", self.path, {})
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
+def percentiles_ms(latencies: list[float]) -> tuple[float, float]:
+    a = np.asarray(latencies) * 1e3
+    return float(np.percentile(a, 50)), float(np.percentile(a, 99))
+
+
+async def drive(envs: list[Any], seconds: float) -> tuple[list[float], float]:
+    """Step every env (``areset``/``astep``) with random admissible actions for ``seconds``,
+    resetting when an episode ends; the step latencies and the wall time."""
+    latencies: list[float] = []
+    starts = await asyncio.gather(*(env.areset(seed=i) for i, env in enumerate(envs)))
+
+    async def loop(index: int, env: Any, info: dict[str, Any]) -> None:
+        rng = np.random.default_rng(index)
+        episode = 0
+        while time.perf_counter() < deadline:
+            actions = info["admissible_actions"]
+            start = time.perf_counter()
+            _, _, terminated, truncated, info = await env.astep(
+                actions[rng.integers(len(actions))])
+            latencies.append(time.perf_counter() - start)
+            if terminated or truncated:
+                episode += 1
+                info = (await env.areset(seed=index * 1000 + episode))[1]
+
+    start = time.perf_counter()
+    deadline = start + seconds
+    await asyncio.gather(*(loop(i, env, info) for i, (env, (_, info)) in
+                           enumerate(zip(envs, starts))))
+    return latencies, time.perf_counter() - start
+
+
+async def sequential_latencies(env: Any, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` awaited ``astep`` calls, one after the other."""
+    latencies = []
+    await env.areset(seed=0)
+    for i in range(steps):
+        start = time.perf_counter()
+        *_, terminated, truncated, _ = await env.astep(ACTIONS[i % 4])
+        latencies.append(time.perf_counter() - start)
+        if terminated or truncated:
+            await env.areset(seed=i)
+    return latencies
+
+
+def sequential_latencies_sync(env: RemoteEnv, steps: int) -> list[float]:
+    """Seconds of each of ``steps`` ``step`` calls, one after the other."""
+    latencies = []
+    env.reset(seed=0)
+    for i in range(steps):
+        start = time.perf_counter()
+        *_, terminated, truncated, _ = env.step(ACTIONS[i % 4])
+        latencies.append(time.perf_counter() - start)
+        if terminated or truncated:
+            env.reset(seed=i)
+    return latencies
+
+
+async def single_env_latency(url: str, steps: int) -> dict[str, tuple[float, float]]:
+    """p50/p99 ms of sequential steps: in-process, RemoteEnv async, RemoteEnv sync."""
+    remote = await RemoteEnv.acreate(url, ENV_ID)
+    results = {
+        "in-process (astep, inline)": await sequential_latencies(
+            agentgym.make(ENV_ID).unwrapped, steps),
+        "local server, RemoteEnv async": await sequential_latencies(remote, steps),
+    }
+    await remote.aclose()
+    with RemoteEnv(url, ENV_ID) as env:
+        results["local server, RemoteEnv sync"] = sequential_latencies_sync(env, steps)
+    return {name: percentiles_ms(latencies) for name, latencies in results.items()}
+
+
+async def concurrency(server: ServerProcess, sessions: int, client: str, seconds: float
+                      ) -> dict[str, float]:
+    """Open ``sessions`` sessions with ``client`` ("remote" or "raw") and drive them."""
+    slots = asyncio.Semaphore(64)  # opening thousands of connections at once only queues them
+
+    async def open_one() -> Any:
+        async with slots:
+            if client == "remote":
+                return await RemoteEnv.acreate(server.url, ENV_ID)
+            return await RawSession.open(server.ready["host"], server.ready["port"])
+
+    envs = await asyncio.gather(*(open_one() for _ in range(sessions)))
+    cpu_before = cpu_seconds(server.pid)
+    latencies, wall = await drive(envs, seconds)
+    server_cpu = (cpu_seconds(server.pid) - cpu_before) / wall
+    await asyncio.gather(*(env.aclose() for env in envs))
+    p50, p99 = percentiles_ms(latencies)
+    return {"steps": len(latencies), "steps_per_s": len(latencies) / wall, "p50": p50,
+            "p99": p99, "server_cpu": server_cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="stepping time per row")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[64, 256, 1024, 2048])
+    parser.add_argument("--steps", type=int, default=2000, help="steps for the latency table")
+    args = parser.parse_args()
+    console = Console(width=140)
+    cores = os.cpu_count()
+
+    times = startup_seconds(5)
+    table = Table(title="Startup: spawn `python -m agentgym.server --port 0` until /health answers")
+    for col in ("runs", "median s", "max s"):
+        table.add_column(col, justify="right")
+    table.add_row(str(len(times)), f"{np.median(times):.2f}", f"{max(times):.2f}")
+    console.print(table)
+
+    with ServerProcess(max_sessions=max(args.sessions) + 64) as server:
+        latency = asyncio.run(single_env_latency(server.url, args.steps))
+        table = Table(title=f"{ENV_ID}: one env, {args.steps} sequential steps")
+        for col in ("where", "p50 ms", "p99 ms"):
+            table.add_column(col, justify="right")
+        for name, (p50, p99) in latency.items():
+            table.add_row(name, f"{p50:.3f}", f"{p99:.3f}")
+        console.print(table)
+
+        table = Table(title=f"{ENV_ID}: N sessions stepping random actions for {args.seconds:g} s "
+                            f"each (server and load generator share {cores} cores)")
+        for col in ("sessions", "client", "steps", "steps/s", "p50 ms", "p99 ms",
+                    "server CPU", "p99 < 1 s"):
+            table.add_column(col, justify="right")
+        for sessions in args.sessions:
+            for client in ("remote", "raw"):
+                r = asyncio.run(concurrency(server, sessions, client, args.seconds))
+                table.add_row(f"{sessions:,}", "RemoteEnv" if client == "remote" else "raw",
+                              f"{r['steps']:,}", f"{r['steps_per_s']:,.0f}", f"{r['p50']:.1f}",
+                              f"{r['p99']:.1f}", f"{r['server_cpu']:.0%}",
+                              "yes" if r["p99"] < 1000 else "no")
+        console.print(table)
+    console.print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; other processes "
+                  "on the machine share the cores too.")
+
+
+if __name__ == "__main__":
+    main()
