@@ -5,6 +5,13 @@
     agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
     agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
     agentgym serve [--port 0 ...]       serve env sessions over HTTP (see agentgym.server.main)
+    agentgym build [FAMILY...] [--base-image IMG | --offline-base]
+                                        build env families' container images (default: all);
+                                        --offline-base first builds agentgym/base:bookworm
+                                        with mmdebstrap (no registry needed) and builds on it
+    agentgym sandbox gc [--older-than S] [--all]
+                                        remove sandboxes that crashed processes left behind
+                                        (--all: also those of live processes)
     agentgym --version
 """
 
@@ -16,6 +23,7 @@ from typing import Any, Sequence
 
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import agentgym
@@ -115,6 +123,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return server_main.run(args)
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    from agentgym.sandbox import (
+        DEFAULT_BASE_IMAGE,
+        OFFLINE_BASE_IMAGE,
+        SandboxError,
+        build_images,
+    )
+
+    base = OFFLINE_BASE_IMAGE if args.offline_base else args.base_image or DEFAULT_BASE_IMAGE
+    try:
+        images = build_images(args.families or None, base_image=base,
+                              log=lambda line: console.print(line, highlight=False))
+    except SandboxError as exc:
+        console.print(f"[red]agentgym build:[/red] {escape(str(exc))}", highlight=False)
+        return 1
+    for family, image in images.items():
+        console.print(f"built {image} ({family})", highlight=False)
+    return 0
+
+
+def cmd_sandbox_gc(args: argparse.Namespace) -> int:
+    from agentgym.sandbox import gc
+
+    report = gc(older_than_s=args.older_than, only_dead_owners=not args.all)
+    console.print(str(report), highlight=False, markup=False)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description="A gym for LLM agents.")
     parser.add_argument("--version", action="version", version=f"agentgym {agentgym.__version__}")
@@ -143,6 +179,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
     server_main.add_arguments(p)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("build", help="build env families' container images, without network")
+    p.add_argument("families", nargs="*", metavar="FAMILY",
+                   help="families with a containers/<family>/Dockerfile (default: all)")
+    base = p.add_mutually_exclusive_group()
+    base.add_argument("--base-image", metavar="IMG", default=None,
+                      help="base image (default: python:3.11-slim-bookworm, from a registry)")
+    base.add_argument("--offline-base", action="store_true",
+                      help="build on agentgym/base:bookworm, made first with mmdebstrap if missing")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("sandbox", help="manage sandboxes")
+    sandbox_sub = p.add_subparsers(dest="sandbox_command", required=True)
+    p = sandbox_sub.add_parser("gc", help="remove sandboxes that crashed processes left behind")
+    p.add_argument("--older-than", type=float, default=0.0, metavar="S",
+                   help="only those created at least S seconds ago (default %(default)s)")
+    p.add_argument("--all", action="store_true",
+                   help="also sandboxes of processes still running (stop them first)")
+    p.set_defaults(func=cmd_sandbox_gc)
     return parser
 
 

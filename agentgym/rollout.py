@@ -10,6 +10,11 @@ Failure isolation: an env that raises, a policy that raises, or a call that exce
 truncates only the affected episodes, with the cause in ``Episode.error``; the others go on. An
 env that failed is closed and never reused; every env is closed when collection ends, also on
 cancellation.
+
+Sandboxes: with ``sandbox="local" | "docker"`` every env is a session on an env server in a
+sandbox, from one :class:`~agentgym.sandbox.envs.EnvServerPool` for the whole call (or the pool
+passed in, shared across calls). An episode whose sandbox dies ends with an ``Episode.error``
+that says how it died; the pool's next envs go to new sandboxes, and the batch goes on.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import gymnasium as gym
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -27,9 +32,13 @@ from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.registry import make, manifest
 
+if TYPE_CHECKING:
+    from agentgym.sandbox.envs import EnvServerPool
+
 __all__ = ["RequestBatcher", "Task", "Timeouts", "acollect", "collect"]
 
 EnvFactory = Callable[[], gym.Env]
+AsyncEnvFactory = Callable[[], Awaitable[gym.Env]]
 T = TypeVar("T")
 
 
@@ -141,37 +150,51 @@ class RequestBatcher:
 
 
 class _EnvPool:
-    """Idle envs of one factory, reused across episodes. Envs that failed are closed instead."""
+    """Idle envs of one factory, reused across episodes. Envs that failed, and idle envs that
+    ``usable`` rejects when they would be reused (their sandbox died meanwhile), are closed
+    instead."""
 
-    def __init__(self, factory: EnvFactory):
+    def __init__(self, factory: AsyncEnvFactory, usable: Callable[[gym.Env], bool] | None = None):
         self.factory = factory
+        self.usable = usable
         self.idle: list[gym.Env] = []
         self.all: list[gym.Env] = []
 
-    def acquire(self) -> gym.Env:
-        if self.idle:
-            return self.idle.pop()
-        env = self.factory()
+    async def acquire(self) -> gym.Env:
+        while self.idle:
+            env = self.idle.pop()
+            if self.usable is None or self.usable(env):
+                return env
+            await self._discard(env)
+        env = await self.factory()
         self.all.append(env)
         return env
 
-    def release(self, env: gym.Env, healthy: bool) -> None:
+    async def release(self, env: gym.Env, healthy: bool) -> None:
         if healthy:
             self.idle.append(env)
         else:
-            self.all.remove(env)
-            _close_quietly(env)
+            await self._discard(env)
 
-    def close(self) -> None:
-        for env in self.all:
-            _close_quietly(env)
-        self.idle.clear()
-        self.all.clear()
+    async def _discard(self, env: gym.Env) -> None:
+        self.all.remove(env)
+        await _close_quietly(env)
+
+    async def close(self) -> None:
+        envs, self.all, self.idle = self.all, [], []
+        for env in envs:
+            await _close_quietly(env)
 
 
-def _close_quietly(env: gym.Env) -> None:
+async def _close_quietly(env: gym.Env) -> None:
+    """Close ``env``, through its async ``aclose`` where it has one (a remote env's connections
+    belong to this event loop)."""
     try:
-        env.close()
+        aclose = getattr(env, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        else:
+            env.close()
     except Exception:  # closing is best effort; the episode already carries the real error
         pass
 
@@ -182,11 +205,12 @@ def _async_api(env: gym.Env):
     A :class:`TextEnv` is driven directly through its async twins (wrappers that
     ``gymnasium.make`` added, such as the passive checker, are bypassed: the engine enforces
     ``max_turns`` itself); any other env runs in a worker thread. ``interruptible`` is False for
-    a TextEnv that steps on the event loop: such a call cannot be timed out, so no timer is set.
+    a TextEnv that steps on the event loop: such a call cannot be timed out, so no timer is set;
+    a TextEnv whose async twins await I/O (a remote env) says ``interruptible = True``.
     """
     core = env.unwrapped
     if isinstance(core, TextEnv):
-        return core.areset, core.astep, core.step_in_thread
+        return core.areset, core.astep, getattr(core, "interruptible", core.step_in_thread)
 
     async def areset(*, seed=None, options=None):
         return await asyncio.to_thread(env.reset, seed=seed, options=options)
@@ -232,7 +256,7 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
     )
     env, healthy, phase = None, True, "env creation"
     try:
-        env = run.pool.acquire()
+        env = await run.pool.acquire()
         areset, astep, interruptible = _async_api(env)
         reset_timeout, step_timeout = ((run.timeouts.reset, run.timeouts.step) if interruptible
                                        else (None, None))
@@ -284,7 +308,7 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
         healthy = phase == "generate"
     finally:
         if env is not None:
-            run.pool.release(env, healthy)
+            await run.pool.release(env, healthy)
     if episode.error:
         episode.truncated, episode.terminated, episode.success = True, False, False
     episode.outcome = sum(t.reward for t in episode.turns)
@@ -309,6 +333,7 @@ async def acollect(
     timeouts: Timeouts | None = None,
     progress: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
+    sandbox: str | EnvServerPool | None = None,
 ) -> list[Episode]:
     """Run ``group_size`` episodes of every task and return them in (task, member) order.
 
@@ -324,28 +349,25 @@ async def acollect(
             ``agentgym.policies.prompting.Prompter`` for the env's family.
         on_episode: called with each finished episode, in completion order (e.g. to append it to
             a file as soon as it ends).
+        sandbox: run the envs in sandboxed env servers (``env`` must be an id): ``"local"`` or
+            ``"docker"`` for a pool of this call (one warm spare sandbox, closed at the end), or
+            an :class:`~agentgym.sandbox.envs.EnvServerPool` to share (left open).
     """
     if group_size < 1 or max_turns < 1 or concurrency < 1:
         raise ValueError(f"group_size, max_turns and concurrency must be >= 1, got "
                          f"{group_size}, {max_turns}, {concurrency}")
+    if sandbox is not None and not isinstance(env, str):
+        raise ValueError("sandbox= needs an env id, not a factory: the env is made inside the "
+                         "sandbox")
     tasks = list(tasks)
     if isinstance(env, str):
-        env_id, factory = env, (lambda: make(env_id, **(env_kwargs or {})))
-        family = manifest(env_id).family
+        env_id, family = env, manifest(env).family
     else:
-        env_id, factory, family = getattr(env, "env_id", getattr(env, "__name__", "env")), env, None
+        env_id, family = getattr(env, "env_id", getattr(env, "__name__", "env")), None
     if prompter is None:
         from agentgym.policies.prompting import Prompter  # default only; no core dependency
 
         prompter = Prompter(family=family or "misc")
-    run = _Run(
-        env_id=env_id, pool=_EnvPool(factory),
-        batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
-                               getattr(policy, "max_concurrent_batches", None),
-                               (timeouts or Timeouts()).generate),
-        prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
-        timeouts=timeouts or Timeouts(),
-    )
     slots = asyncio.Semaphore(concurrency)
     total = len(tasks) * group_size
     stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
@@ -355,6 +377,17 @@ async def acollect(
         TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress,
     )
     bar_id = bar.add_task(env_id, total=total, status="")
+    servers, own_servers = _server_pool(sandbox)
+    run = _Run(
+        env_id=env_id,
+        pool=_EnvPool(_env_factory(env, env_kwargs or {}, servers),
+                      servers.usable if servers is not None else None),
+        batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
+                               getattr(policy, "max_concurrent_batches", None),
+                               (timeouts or Timeouts()).generate),
+        prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
+        timeouts=timeouts or Timeouts(),
+    )
 
     async def one(task: Task, member: int) -> Episode:
         async with slots:
@@ -378,7 +411,35 @@ async def acollect(
             return [r.result() for r in running]
         finally:
             await run.batcher.aclose()
-            run.pool.close()
+            await run.pool.close()
+            if own_servers:
+                assert servers is not None
+                await servers.aclose()
+
+
+def _env_factory(env: str | EnvFactory, kwargs: dict[str, Any],
+                 servers: EnvServerPool | None) -> AsyncEnvFactory:
+    """How :func:`acollect` makes an env: the caller's factory, ``make`` in this process, or a
+    session on a sandboxed env server."""
+    if not isinstance(env, str):
+        async def call() -> gym.Env:
+            return env()
+    elif servers is None:
+        async def call() -> gym.Env:
+            return make(env, **kwargs)
+    else:
+        async def call() -> gym.Env:
+            return await servers.amake(env, kwargs)
+    return call
+
+
+def _server_pool(sandbox: str | EnvServerPool | None) -> tuple[EnvServerPool | None, bool]:
+    """The env server pool for ``acollect(sandbox=...)``, and whether the call owns it."""
+    if sandbox is None or not isinstance(sandbox, str):
+        return sandbox, False
+    from agentgym.sandbox.envs import EnvServerPool  # sandboxes load only when used
+
+    return EnvServerPool(sandbox, warm=1), True
 
 
 def collect(*args: Any, **kwargs: Any) -> list[Episode]:

@@ -49,7 +49,8 @@ class Prompter:
     show_admissible: bool = True
     """Append the env's ``admissible_actions`` (when given) to the current observation."""
     system_prompt: str | None = None
-    """Replaces the family's role description when set."""
+    """Replaces the family's role description and the answer-format line when set (the task
+    still follows it): say how to format the action yourself."""
     bare_actions: bool = False
     """Also accept an untagged response that is exactly one admissible action."""
     examples: tuple[tuple[str, str], ...] = ()
@@ -66,10 +67,12 @@ class Prompter:
         object.__setattr__(self, "examples", examples)
 
     def system(self, instruction: str) -> str:
-        role, example = FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
-        text = self.system_prompt or role
-        fmt = _FORMAT.format(tag=self.action_tag, example=example)
-        return f"{text}\n{fmt}" + (f"\n\nYour task: {instruction}" if instruction else "")
+        if self.system_prompt is not None:
+            text = self.system_prompt
+        else:
+            role, example = FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
+            text = f"{role}\n{_FORMAT.format(tag=self.action_tag, example=example)}"
+        return text + (f"\n\nYour task: {instruction}" if instruction else "")
 
     def user(self, observation: str, admissible: Sequence[str] | None = None) -> str:
         if self.show_admissible and admissible:

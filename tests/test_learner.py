@@ -70,11 +70,36 @@ def test_micro_batches_accumulate_to_the_same_update(tokenizer):
     assert (results[0] - results[1]).norm() / results[0].norm() < 1e-3
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
-def test_resume_is_bitwise_exact(tokenizer, tmp_path, lora_rank):
-    config = LearnerConfig(lr=1e-4, lora_rank=lora_rank, warmup_steps=3, mini_batches=2)
-    batches = [make_rows(tokenizer, 4, advantages=list(np.random.default_rng(k).normal(size=4)))
-               for k in range(4)]
+def with_value_targets(rows, targets):
+    for row, target in zip(rows, targets):
+        row.value_target, row.old_value = float(target), 0.0
+    return rows
+
+
+def test_value_head_learns_the_value_targets(tokenizer):
+    learner = Learner(LearnerConfig(lr=1e-4, lora_rank=4, value_head=True, value_lr=1e-2))
+    rows = with_value_targets(make_rows(tokenizer, 2, advantages=[0.0, 0.0]), [1.0, -1.0])
+    assert learner.values(rows).tolist() == [0.0, 0.0]  # zero-initialised head
+    for _ in range(5):
+        metrics = learner.update(rows)
+        for row, v in zip(rows, learner.values(rows)):
+            row.old_value = float(v)
+    values = learner.values(rows)
+    assert values[0] > 0.2 and values[1] < -0.2 and metrics["vf_loss"] > 0
+    plain = Learner(LearnerConfig(lora_rank=4))
+    with pytest.raises(ValueError, match="no value head"):
+        plain.values(rows)
+    with pytest.raises(ValueError, match="needs value_target and old_value"):
+        learner.update(make_rows(tokenizer, 2))
+
+
+@pytest.mark.parametrize("lora_rank, value_head", [(0, False), (4, False), (4, True)])
+def test_resume_is_bitwise_exact(tokenizer, tmp_path, lora_rank, value_head):
+    config = LearnerConfig(lr=1e-4, lora_rank=lora_rank, warmup_steps=3, mini_batches=2,
+                           value_head=value_head)
+    batches = [with_value_targets(
+        make_rows(tokenizer, 4, advantages=list(np.random.default_rng(k).normal(size=4))),
+        np.random.default_rng(k + 10).normal(size=4)) for k in range(4)]
     straight = Learner(config)
     for k, batch in enumerate(batches):
         straight.update(batch)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from agentgym.trainers.learner import Learner, LearnerConfig
-from agentgym.trainers.loop import TrainConfig, train
+from agentgym.trainers.loop import TrainConfig, Trainer, train
 
 pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test command and CI
 
@@ -39,12 +39,48 @@ def test_train_writes_metrics_curve_and_checkpoint(tmp_path):
     assert lines[-1]["eval_success"] is not None and lines[-1]["update/grad_norm"] > 0
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
     assert (tmp_path / "checkpoint" / "learner.pt").is_file()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
-def test_spa_step_trains_with_progress_estimator(tmp_path):
-    records = train(TrainConfig.from_dict({**TINY, "estimator": "spa", "steps": 1, "eval_tasks": 1,
+GUESS = {**TINY, "env": "agentgym/GuessNumber-v0", "env_kwargs": {}, "steps": 1, "eval_tasks": 1,
+         "max_turns": 3, "prompt": {"history": 0, "bare_actions": True,
+                                    "examples": [["Guess a number from 1 to 8.", "4"]]}}
+
+
+def test_igpo_scores_the_ground_truth_and_trains(tmp_path):
+    records = train(TrainConfig.from_dict({**GUESS, "estimator": "igpo", "group_size": 4,
                                            "out_dir": str(tmp_path)}))
     assert records[0]["update/grad_norm"] > 0 and records[0]["advantage_std"] > 0
+
+
+def test_ppo_trains_policy_and_value_head(tmp_path):
+    config = TrainConfig.from_dict({**GUESS, "estimator": "ppo", "group_size": 4,
+                                    "out_dir": str(tmp_path)})
+    assert config.learner.value_head  # estimator=ppo turns the critic on
+    records = train(config)
+    assert records[0]["update/grad_norm"] > 0 and records[0]["update/vf_loss"] > 0
+    weights = torch.load(tmp_path / "checkpoint" / "learner.pt", weights_only=False)["weights"]
+    assert "value_head.weight" in weights
+
+
+def test_igpo_needs_a_ground_truth(tmp_path):
+    with pytest.raises(ValueError, match="needs info\\['ground_truth'\\]"):
+        train(TrainConfig.from_dict({**TINY, "estimator": "igpo", "steps": 1, "eval_tasks": 1,
+                                     "out_dir": str(tmp_path)}))
+
+
+def test_spa_step_trains_and_checkpoints_its_progress_estimator(tmp_path):
+    config = {**TINY, "estimator": "spa", "steps": 1, "eval_tasks": 1, "out_dir": str(tmp_path)}
+    records = train(TrainConfig.from_dict(config))
+    assert records[0]["update/grad_norm"] > 0 and records[0]["advantage_std"] > 0
+    saved = torch.load(tmp_path / "checkpoint" / "learner.pt", weights_only=False)["extra"]
+    trainer = Trainer(TrainConfig.from_dict({**config, "steps": 2, "resume": True}))
+    try:
+        assert trainer.start_step == 1
+        restored = trainer.progress.state_dict()
+        assert all(torch.equal(restored[k], saved["progress"][k]) for k in saved["progress"])
+    finally:
+        trainer.close()
 
 
 def test_killed_run_resumes_to_the_same_parameters(tmp_path):
@@ -84,6 +120,10 @@ def test_bad_configuration():
         with pytest.raises(ValueError, match="LoRA hot-load is exact"):
             TrainConfig.from_dict({**TINY, "generator": "vllm",
                                    "learner": {**TINY["learner"], "lora_rank": 0}})
+    with pytest.raises(ValueError, match="bad prompt options"):
+        TrainConfig.from_dict({**TINY, "prompt": {"histroy": 0}})
+    with pytest.raises(ValueError, match="answer_template must contain"):
+        TrainConfig.from_dict({**TINY, "answer_template": "<answer></answer>"})
     with pytest.raises(ValueError, match="unknown training option"):
         TrainConfig.from_dict({**TINY, "stepz": 3})
     proc = subprocess.run([sys.executable, "-m", "agentgym.cli", "train", "steps=0"],

@@ -6,6 +6,10 @@ only on the response), and makes ``ppo_epochs`` passes of optimizer steps over `
 mini-batches. Each mini-batch is split into micro-batches by a token budget and gradients are
 accumulated so that the loss equals the loss of the whole mini-batch at once.
 
+With ``value_head=True`` a scalar head on the backbone's last hidden state is PPO's critic: the
+value of a turn is read at its last prompt token, trained with the clipped value loss on the
+rows' value targets (turn-level GAE, ``credit.gae``), sharing the backbone with the policy.
+
 Fine-tuning is full or LoRA (peft). The KL reference is a frozen copy of the initial weights
 (full fine-tune) or the base model with the adapter disabled (LoRA). Checkpoints hold the weights
 (or adapter), optimizer, scheduler, every RNG state and the step, and resume exactly.
@@ -26,7 +30,7 @@ import torch
 from agentgym.episode import Episode
 from agentgym.policies.batching import budget_batches, left_pad
 from agentgym.policies.models import resolve_model
-from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss
+from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
 
 __all__ = ["Learner", "LearnerConfig", "TrainingRow", "rows_from_episodes"]
 
@@ -58,29 +62,45 @@ class LearnerConfig:
     kl_estimator: KLEstimator = "low_var_kl"
     entropy_coeff: float = 0.0
     old_logprobs: str = "recompute"
-    """``"recompute"``: the behaviour log-probs are recomputed by this model before the update
-    (verl's default); ``"generator"``: those the generator returned are used."""
+    """``"recompute"``: the behaviour log-probs are this model's before the update (verl's
+    default); when the update is a single optimizer step (``ppo_epochs == mini_batches == 1``)
+    they are the detached log-probs of that step's own forward pass, which are the same values,
+    so no extra pass is run. ``"generator"``: those the generator returned are used."""
+    value_head: bool = False
+    """Add PPO's critic: a linear value head on the last hidden state (``estimator=ppo`` turns
+    it on)."""
+    vf_coef: float = 0.5
+    """Weight of the value loss (mean over rows) beside the policy loss."""
+    value_lr: float = 1e-5
+    """Learning rate of the value head (verl's critic default); the shared backbone uses
+    ``lr``."""
+    value_clip: float | None = 0.2
+    """Clip range of the value loss around the old values; ``None``: plain MSE."""
     device: str = "auto"
     seed: int = 0
 
 
 @dataclass
 class TrainingRow:
-    """One turn as a training sequence."""
+    """One turn as a training sequence. ``value_target``/``old_value`` are set (by the training
+    loop, from :func:`~agentgym.trainers.credit.gae`) only when the learner has a value head."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     advantage: float
     generator_logprobs: list[float]
+    value_target: float | None = None
+    old_value: float | None = None
 
     @property
     def length(self) -> int:
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray) -> list[TrainingRow]:
+def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray, *,
+                       keep_empty: bool = False) -> list[TrainingRow]:
     """One row per turn in TurnTable order; turns without response tokens are dropped (they
-    carry no loss). ``advantages`` has one value per turn."""
+    carry no loss) unless ``keep_empty``. ``advantages`` has one value per turn."""
     turns = [t for ep in episodes for t in ep.turns]
     advantages = np.asarray(advantages, dtype=np.float64)
     if advantages.shape != (len(turns),):
@@ -89,7 +109,7 @@ def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray) -> l
     if not np.isfinite(advantages).all():
         raise ValueError("advantages contain NaN or inf; refusing to update")
     return [TrainingRow(t.prompt_ids, t.response_ids, float(a), t.response_logprobs)
-            for t, a in zip(turns, advantages) if t.response_ids]
+            for t, a in zip(turns, advantages) if t.response_ids or keep_empty]
 
 
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
@@ -119,9 +139,16 @@ class Learner:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model
         self.model.train()
+        self.value_head: torch.nn.Linear | None = None
+        if config.value_head:
+            self.value_head = torch.nn.Linear(model.config.hidden_size, 1).to(self.device)
+            torch.nn.init.zeros_(self.value_head.weight)  # V = 0 until trained
+            torch.nn.init.zeros_(self.value_head.bias)
         self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        if self.value_head is not None:
+            groups.append({"params": list(self.value_head.parameters()), "lr": config.value_lr})
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
         warmup = max(config.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
@@ -130,9 +157,14 @@ class Learner:
 
     # --- forward passes -----------------------------------------------------------------------
 
-    def _forward(self, rows: list[TrainingRow], model: Any | None = None, *, entropy: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """(response logprobs, mask, entropy) as [rows, longest response] tensors.
+    def _modules(self) -> list[torch.nn.Module]:
+        return [self.model] + ([self.value_head] if self.value_head is not None else [])
+
+    def _forward(self, rows: list[TrainingRow], model: Any | None = None, *, entropy: bool = False,
+                 values: bool = False
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(response logprobs, mask, entropy, values): [rows, longest response] tensors and,
+        with ``values``, the value head's [rows] output at each row's last prompt token.
 
         Sequences are left-padded, so every response ends at the last position and the LM head
         runs only on the last ``longest + 1`` positions (not on whole prompts). Outputs are
@@ -143,24 +175,41 @@ class Learner:
         ids, attention, positions = left_pad([r.prompt_ids + r.response_ids for r in rows], 0,
                                              self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            logits = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                           use_cache=False, logits_to_keep=longest + 1).logits
+            out = model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                        use_cache=False, logits_to_keep=longest + 1, output_hidden_states=values)
+            value = None
+            if values:
+                last_prompt = ids.shape[1] - 1 - torch.tensor(
+                    [len(r.response_ids) for r in rows], device=self.device)
+                hidden = out.hidden_states[-1][torch.arange(len(rows)), last_prompt]
+                value = self.value_head(hidden).squeeze(-1).float()
+        logits = out.logits
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
         logprobs_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         logprobs = logprobs_all.gather(-1, ids[:, -longest:, None]).squeeze(-1)
         lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
         ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
-        return logprobs * mask, mask, ent
+        return logprobs * mask, mask, ent, value
 
     @torch.no_grad()
     def logprobs(self, rows: list[TrainingRow]) -> list[list[float]]:
         """Current-model log-probabilities of each row's response tokens (no gradient)."""
         out: list[list[float]] = [[] for _ in rows]
         for indices in _micro_batches(rows, self.config.micro_batch_tokens):
-            lp, _, _ = self._forward([rows[i] for i in indices])
+            lp = self._forward([rows[i] for i in indices])[0]
             for j, i in enumerate(indices):
                 out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids):].tolist()
+        return out
+
+    @torch.no_grad()
+    def values(self, rows: list[TrainingRow]) -> np.ndarray:
+        """The critic's V of each row (at its last prompt token); needs ``value_head``."""
+        if self.value_head is None:
+            raise ValueError("this learner has no value head (LearnerConfig.value_head=False)")
+        out = np.zeros(len(rows), dtype=np.float64)
+        for indices in _micro_batches(rows, self.config.micro_batch_tokens):
+            out[indices] = self._forward([rows[i] for i in indices], values=True)[3].cpu().numpy()
         return out
 
     @torch.no_grad()
@@ -177,11 +226,17 @@ class Learner:
         cfg = self.config
         if not rows:
             return {"skipped_empty_batch": 1.0}
-        old = (self.logprobs(rows) if cfg.old_logprobs == "recompute"
-               else [r.generator_logprobs for r in rows])
-        for r, lp in zip(rows, old):
-            if len(lp) != len(r.response_ids):
+        if self.value_head is not None and any(
+                r.value_target is None or r.old_value is None for r in rows):
+            raise ValueError("a learner with a value head needs value_target and old_value on "
+                             "every row (from credit.gae)")
+        single_step = cfg.ppo_epochs == 1 and cfg.mini_batches == 1
+        if cfg.old_logprobs == "generator":
+            old: list[list[float]] | list[None] = [r.generator_logprobs for r in rows]
+            if any(len(lp) != len(r.response_ids) for r, lp in zip(rows, old)):
                 raise ValueError("a row's generator logprobs do not match its response length")
+        else:
+            old = [None] * len(rows) if single_step else self.logprobs(rows)
         use_kl = cfg.kl_coef > 0
         history: list[dict[str, float]] = []
         rng = random.Random(cfg.seed + self.step)
@@ -195,19 +250,25 @@ class Learner:
                                                     [old[i] for i in chosen], use_kl))
         return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
 
-    def _optimizer_step(self, rows: list[TrainingRow], old_logprobs: list[list[float]],
+    def _optimizer_step(self, rows: list[TrainingRow], old_logprobs: list[list[float] | None],
                         use_kl: bool) -> dict[str, float]:
+        """One optimizer step on ``rows``; an old log-prob entry of ``None`` means "this model's
+        current values" (taken detached from the step's own forward pass)."""
         cfg = self.config
         total_tokens = sum(len(r.response_ids) for r in rows)
         sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "pg_clipfrac": 0.0,
                                   "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+        if self.value_head is not None:
+            sums["vf_loss"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
         for indices in _micro_batches(rows, cfg.micro_batch_tokens):
             batch = [rows[i] for i in indices]
-            logp, mask, entropy = self._forward(batch, entropy=True)
-            old = torch.zeros_like(logp)
+            logp, mask, entropy, value = self._forward(batch, entropy=True,
+                                                       values=self.value_head is not None)
+            old = logp.detach().clone()
             for j, i in enumerate(indices):
-                old[j, old.shape[1] - len(rows[i].response_ids):] = torch.tensor(old_logprobs[i])
+                if old_logprobs[i] is not None:
+                    old[j, old.shape[1] - len(rows[i].response_ids):] = torch.tensor(old_logprobs[i])
             adv = torch.tensor([r.advantage for r in batch], device=self.device)
             ref = self._reference_logprobs(batch) if use_kl else None
             out = policy_loss(logp, old, adv, mask, clip_low=cfg.clip_low,
@@ -218,14 +279,23 @@ class Learner:
             # Weight each micro-batch by its share, so accumulation equals the whole mini-batch.
             share = (int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean"
                      else len(batch) / len(rows))
-            (out.loss * share).backward()
+            loss = out.loss * share
+            if value is not None:
+                targets = torch.tensor([[r.value_target] for r in batch], device=self.device)
+                old_v = torch.tensor([[r.old_value] for r in batch], device=self.device)
+                vf = value_loss(value[:, None], old_v, targets,
+                                torch.ones_like(old_v, dtype=torch.bool), clip=cfg.value_clip)
+                rows_share = len(batch) / len(rows)  # the value loss is a mean over rows
+                loss = loss + cfg.vf_coef * vf * rows_share
+                sums["vf_loss"] += rows_share * vf.item()
+            loss.backward()
             sums["loss"] += share * out.loss.item()
             sums["pg_loss"] += share * out.pg_loss.item()
             sums["pg_clipfrac"] += share * out.pg_clipfrac.item()
             sums["approx_kl"] += share * out.approx_kl.item()
             sums["entropy"] += share * (out.entropy.item() if out.entropy is not None else 0.0)
             sums["kl"] += share * (out.kl.item() if out.kl is not None else 0.0)
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        params = [p for m in self._modules() for p in m.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -243,8 +313,12 @@ class Learner:
         if self.config.lora_rank > 0:
             from peft import get_peft_model_state_dict
 
-            return get_peft_model_state_dict(self.model)
-        return self.model.state_dict()
+            state = get_peft_model_state_dict(self.model)
+        else:
+            state = self.model.state_dict()
+        if self.value_head is not None:
+            state = {**state, **{f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}}
+        return state
 
     def save_checkpoint(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
         """Write everything needed to resume exactly to ``path/learner.pt`` (atomically)."""
@@ -267,12 +341,16 @@ class Learner:
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint written by :meth:`save_checkpoint`; returns its ``extra``."""
         state = torch.load(Path(path) / "learner.pt", map_location=self.device, weights_only=False)
+        weights = dict(state["weights"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict({k[len("value_head."):]: weights.pop(k)
+                                             for k in list(weights) if k.startswith("value_head.")})
         if self.config.lora_rank > 0:
             from peft import set_peft_model_state_dict
 
-            set_peft_model_state_dict(self.model, state["weights"])
+            set_peft_model_state_dict(self.model, weights)
         else:
-            self.model.load_state_dict(state["weights"])
+            self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]

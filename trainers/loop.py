@@ -26,20 +26,25 @@ from agentgym.harness.eval import summarize
 from agentgym.policy import SamplingParams
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
-from agentgym.trainers.learner import Learner, LearnerConfig, rows_from_episodes
+from agentgym.trainers.info_gain import answer_scores
+from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
 from agentgym.trainers.sync import push_weights
 
 __all__ = ["ESTIMATORS", "TrainConfig", "train"]
 
 console = Console()
 
-#: Estimators that need nothing but the episodes (IGPO and SPA need scorers; see their modules).
+#: Estimators that need nothing but the episodes. Besides these, ``"ppo"`` runs turn-level GAE
+#: on the learner's value head, ``"igpo"`` scores the ground truth with the policy
+#: (``trainers.info_gain``) and ``"spa"`` fits a progress estimator (``trainers.progress``).
 ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
     "grpo": credit.grpo,
     "rloo": credit.rloo,
     "reinforce_pp": credit.reinforce_pp,
     "gigpo": credit.gigpo,
 }
+
+_WITH_SCORERS = ("ppo", "igpo", "spa")
 
 
 @dataclass
@@ -50,10 +55,16 @@ class TrainConfig:
     env: str = "agentgym/Sokoban-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     estimator: str = "gigpo"
+    """An :data:`ESTIMATORS` key, ``"ppo"`` (GAE on a value head; turns on
+    ``learner.value_head``), ``"igpo"`` or ``"spa"``."""
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
     spa_refit_every: int = 1
     """With ``estimator="spa"``: retrain the progress estimator every this many steps on the
     newest episodes (its contributions are computed with the last fitted head in between)."""
+    answer_template: str | None = None
+    """With ``estimator="igpo"``: where the policy writes its final answer, ``{}`` marking the
+    answer (the ground truth is scored there); default: the prompter's action format, e.g.
+    ``<action>{}</action>``, or ``{}`` with ``bare_actions``."""
     steps: int = 20
     groups_per_step: int = 8
     group_size: int = 8
@@ -90,10 +101,17 @@ class TrainConfig:
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
         from agentgym.policies.prompting import Prompter
 
-        Prompter(**self.prompt)  # raises on unknown or bad fields
-        if self.estimator not in ESTIMATORS and self.estimator != "spa":
+        try:
+            Prompter(**self.prompt)
+        except TypeError as exc:
+            raise ValueError(f"bad prompt options {sorted(self.prompt)}: {exc}") from None
+        if self.estimator not in ESTIMATORS and self.estimator not in _WITH_SCORERS:
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
-                             f"{sorted(ESTIMATORS) + ['spa']}")
+                             f"{sorted(ESTIMATORS) + list(_WITH_SCORERS)}")
+        if self.estimator == "ppo":
+            self.learner.value_head = True
+        if self.answer_template is not None and "{}" not in self.answer_template:
+            raise ValueError(f"answer_template must contain '{{}}', got {self.answer_template!r}")
         for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
                      "concurrency", "eval_every", "eval_tasks", "spa_refit_every"):
             if getattr(self, name) < 1:
@@ -143,10 +161,14 @@ class Trainer:
         self.start_step = 0
         checkpoint = self.out / "checkpoint"
         if cfg.resume and (checkpoint / "learner.pt").is_file():
-            self.start_step = int(self.learner.load_checkpoint(checkpoint)["step"])
+            extra = self.learner.load_checkpoint(checkpoint)
+            self.start_step = int(extra["step"])
+            if extra.get("progress") is not None:
+                self._progress_estimator().load_state_dict(extra["progress"])
             self._truncate_metrics(self.start_step)
         elif (self.out / "metrics.jsonl").exists():
             (self.out / "metrics.jsonl").unlink()
+        self.tensorboard = _tensorboard(self.out / "tensorboard", self.start_step)
 
     def _truncate_metrics(self, keep_below: int) -> None:
         path = self.out / "metrics.jsonl"
@@ -175,11 +197,17 @@ class Trainer:
         scored = [e for e in episodes if e.error is None]  # infrastructure errors never train
         collected = time.perf_counter()
         table = TurnTable.from_episodes(scored)
-        if cfg.estimator == "spa":
-            advantages = self._spa_advantages(k, scored, table)
+        if cfg.estimator == "ppo":
+            rows = self._ppo_rows(scored, table)
+            advantages = np.array([r.advantage for r in rows])
         else:
-            advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
-        rows = rows_from_episodes(scored, advantages)
+            if cfg.estimator == "spa":
+                advantages = self._spa_advantages(k, scored, table)
+            elif cfg.estimator == "igpo":
+                advantages = self._igpo_advantages(scored, table)
+            else:
+                advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
+            rows = rows_from_episodes(scored, advantages)
         update = self.learner.update(rows)
         await push_weights(self.learner, self.policy, self.out / "pushed")
         done = time.perf_counter()
@@ -196,25 +224,84 @@ class Trainer:
             **{f"update/{k2}": v for k2, v in update.items()},
         }
 
+    def _ppo_rows(self, episodes: list[Episode], table: TurnTable) -> list[TrainingRow]:
+        """PPO: the critic's V of every turn, turn-level GAE (``credit.gae``; ``gamma``/``lam``
+        from ``estimator_kwargs``), and rows carrying advantages, value targets and old values."""
+        rows = rows_from_episodes(episodes, np.zeros(len(table)), keep_empty=True)
+        values = self.learner.values(rows) if rows else np.zeros(0)
+        advantages, targets = credit.gae(table, values, **self.cfg.estimator_kwargs)
+        for row, a, target, v in zip(rows, advantages, targets, values):
+            row.advantage, row.value_target, row.old_value = float(a), float(target), float(v)
+        return [r for r in rows if r.response_ids]
+
+    def _progress_estimator(self) -> Any:
+        from agentgym.trainers.progress import ProgressEstimator
+
+        if self.progress is None:
+            self.progress = ProgressEstimator(hidden_size=self.learner.model.config.hidden_size,
+                                              seed=self.cfg.learner.seed)
+        return self.progress
+
     def _spa_advantages(self, k: int, episodes: list[Episode], table: TurnTable) -> np.ndarray:
         """SPA without a critic: contributions of the (re)fitted progress estimator plus
         grounding, then group-normalized returns (``credit.spa(estimator="group")``)."""
-        from agentgym.trainers.progress import ProgressEstimator, turn_features
+        from agentgym.trainers.progress import turn_features
 
         features = turn_features(self.learner.model, episodes)
-        fresh = self.progress is None  # first step, or first after a resume: fit it now
-        if fresh:
-            self.progress = ProgressEstimator(hidden_size=features.shape[1],
-                                              seed=self.cfg.learner.seed)
+        fresh = self.progress is None  # the first step of a run: fit it now
+        estimator = self._progress_estimator()
         if (fresh or k % self.cfg.spa_refit_every == 0) and len(table):
-            self.progress.fit(features, table)
-        return credit.spa(table, self.progress.contributions(features), estimator="group",
+            estimator.fit(features, table)
+        return credit.spa(table, estimator.contributions(features), estimator="group",
                           **self.cfg.estimator_kwargs)
 
+    def _igpo_advantages(self, episodes: list[Episode], table: TurnTable) -> np.ndarray:
+        """IGPO: the current policy's log-probability of each episode's ground truth after every
+        turn, as information-gain rewards beside the outcome (``credit.igpo``)."""
+        missing = [e.episode_id for e in episodes if e.ground_truth is None]
+        if missing:
+            raise ValueError(f"estimator=igpo needs info['ground_truth'] from the env; "
+                             f"{self.cfg.env} gave none for {len(missing)} episode(s), e.g. "
+                             f"{missing[0]!r}")
+        template = self.cfg.answer_template or (
+            "{}" if self.prompter.bare_actions else self.prompter.format_action("{}"))
+        scores, initial = answer_scores(
+            self.learner.model, self.policy.tokenizer, self.prompter, episodes,
+            [str(e.ground_truth) for e in episodes], template=template,
+            token_budget=self.cfg.learner.micro_batch_tokens)
+        return credit.igpo(table, scores, initial, **self.cfg.estimator_kwargs)
+
+    def checkpoint(self, step: int) -> None:
+        """Everything a resume needs: the learner's state, the step, SPA's estimator."""
+        progress = self.progress.state_dict() if self.progress is not None else None
+        self.learner.save_checkpoint(self.out / "checkpoint",
+                                     extra={"step": step, "progress": progress})
+
     def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to metrics.jsonl (and TensorBoard), redraw the learning curve."""
         with open(self.out / "metrics.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tensorboard.add_scalar(key, value, record["step"] + 1)
+            self.tensorboard.flush()
         plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png")
+
+    def close(self) -> None:
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+def _tensorboard(logdir: Path, start_step: int) -> Any:
+    """A TensorBoard writer when ``tensorboard`` is installed, else ``None``. Events after
+    ``start_step`` (from the killed run that is being resumed) are purged. Scalars are logged at
+    step k + 1 for update k, so that the baseline evaluation sits at 0."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(logdir), purge_step=start_step + 1 if start_step else None)
 
 
 def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
@@ -260,7 +347,7 @@ async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
             record = await trainer.step(k)
             if (k + 1) % cfg.eval_every == 0 or k + 1 == cfg.steps:
                 record["eval_success"] = await trainer.evaluate()
-            trainer.learner.save_checkpoint(trainer.out / "checkpoint", extra={"step": k + 1})
+            trainer.checkpoint(k + 1)
             trainer.log(record)
             records.append(record)
             console.print(
@@ -268,6 +355,7 @@ async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
                 f"eval {record.get('eval_success', '-')}, loss {record['update/loss']:.4f}"
                 if "update/loss" in record else f"step {k}: {record}", highlight=False)
     finally:
+        trainer.close()
         await trainer.policy.aclose()
     return records
 

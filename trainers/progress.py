@@ -64,6 +64,14 @@ class ProgressEstimator:
         self.scale = torch.ones(self.hidden_size)
         """Per-feature scale set by :meth:`fit` (features are divided by it)."""
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The fitted head and feature scale (what a checkpoint needs to resume the estimator)."""
+        return {**{f"head.{k}": v for k, v in self.head.state_dict().items()}, "scale": self.scale}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.head.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("head.")})
+        self.scale = state["scale"].clone()
+
     def contributions(self, features: np.ndarray) -> np.ndarray:
         """c_t for each row of ``features``."""
         with torch.no_grad():

@@ -2,6 +2,11 @@
 
 The run directory holds ``config.yaml`` (the resolved config), ``episodes.jsonl`` (appended and
 fsynced as each episode ends) and ``summary.json``.
+
+With ``sandbox=local|docker`` the env runs in env servers inside sandboxes: one
+:class:`~agentgym.sandbox.envs.EnvServerPool` for the whole run (``sandbox_sessions`` envs per
+server, ``sandbox_warm`` spare servers, the first started while the policy loads), closed at
+the end.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -23,6 +28,9 @@ from agentgym.conf import CONFIG_ERRORS, compose
 from agentgym.episode import Episode, save_episodes
 from agentgym.policy import SamplingParams
 from agentgym.rollout import acollect, default_tasks
+
+if TYPE_CHECKING:
+    from agentgym.sandbox.envs import EnvServerPool
 
 __all__ = ["compose_eval_config", "run_eval", "run_eval_cli", "summarize", "wilson_interval"]
 
@@ -77,6 +85,23 @@ def _out_dir(cfg: DictConfig) -> Path:
     return Path("runs") / "eval" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _env_servers(cfg: DictConfig) -> EnvServerPool | None:
+    """The run's :class:`~agentgym.sandbox.envs.EnvServerPool` (already warming), or ``None``
+    without ``sandbox``."""
+    if cfg.sandbox is None:
+        return None
+    from agentgym.sandbox.envs import EnvServerPool  # only sandboxed runs load it
+
+    servers = EnvServerPool(cfg.sandbox, warm=cfg.sandbox_warm,
+                            sessions_per_server=cfg.sandbox_sessions)
+    try:
+        servers.prewarm(cfg.env)
+    except BaseException:
+        servers.close()
+        raise
+    return servers
+
+
 async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     """Run the evaluation ``cfg`` describes; return the run directory and the summary."""
     from agentgym.policies.prompting import Prompter
@@ -85,10 +110,12 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     out = _out_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
-    policy = instantiate(cfg.policy)
+    servers = _env_servers(cfg)
+    policy = None
     episodes_path = out / "episodes.jsonl"
     episodes_path.write_text("", encoding="utf-8")
     try:
+        policy = instantiate(cfg.policy)
         episodes = await acollect(
             cfg.env, policy,
             default_tasks(cfg.episodes, cfg.seed, list(cfg.task_ids)),
@@ -99,11 +126,14 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
             env_kwargs=OmegaConf.to_container(cfg.env_kwargs),
             progress=cfg.progress,
             on_episode=lambda ep: save_episodes(episodes_path, [ep], append=True, fsync=True),
+            sandbox=servers,
         )
     finally:
         close = getattr(policy, "aclose", None)
         if close is not None:
             await close()
+        if servers is not None:
+            await servers.aclose()
     summary = {"env": cfg.env, "policy": cfg.policy.get("_target_"), **summarize(episodes)}
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -181,6 +181,15 @@ class Sandbox(abc.ABC):
     def alive(self) -> bool:
         """Whether it is started, not closed, and can still run commands (cheap: no exec)."""
 
+    def death(self) -> str | None:
+        """Why the sandbox cannot run commands (closed, not started, or dead and how: a killed
+        container, vanished directories), or ``None`` while it can. As cheap as :meth:`alive`."""
+        if self._closed:
+            return f"sandbox {self.id} is closed"
+        if not self._started:
+            return f"sandbox {self.id} is not started"
+        return None if self.alive() else f"sandbox {self.id} is dead"
+
     @abc.abstractmethod
     def reset(self) -> None:
         """Kill every process in the sandbox and empty :attr:`workdir`, ``/tmp`` and

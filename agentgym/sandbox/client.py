@@ -7,7 +7,8 @@ An endpoint is ``"unix:/host/path/8000.sock"`` (what every sandbox returns) or a
         client.get("/health")
 
 Requests use paths relative to the endpoint; over a Unix socket the ``Host`` header is
-``sandbox``.
+``sandbox``. Plain HTTP never uses TLS, so those clients skip loading the certificate store
+(~25 ms per client).
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ def parse_endpoint(endpoint: str) -> tuple[str, str | None]:
 def http_client(endpoint: str, **kwargs: Any) -> httpx.Client:
     """A keep-alive ``httpx.Client`` for ``endpoint``; ``kwargs`` go to ``httpx.Client``."""
     base_url, uds = parse_endpoint(endpoint)
-    if uds is not None:
-        kwargs.setdefault("transport", httpx.HTTPTransport(uds=uds))
+    if base_url.startswith("http://"):
+        kwargs.setdefault("transport", httpx.HTTPTransport(uds=uds, verify=False))
     return httpx.Client(base_url=base_url, **kwargs)
 
 
 def async_http_client(endpoint: str, **kwargs: Any) -> httpx.AsyncClient:
     """A keep-alive ``httpx.AsyncClient`` for ``endpoint``; ``kwargs`` go to ``httpx.AsyncClient``."""
     base_url, uds = parse_endpoint(endpoint)
-    if uds is not None:
-        kwargs.setdefault("transport", httpx.AsyncHTTPTransport(uds=uds))
+    if base_url.startswith("http://"):
+        kwargs.setdefault("transport", httpx.AsyncHTTPTransport(uds=uds, verify=False))
     return httpx.AsyncClient(base_url=base_url, **kwargs)

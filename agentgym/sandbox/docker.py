@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -52,7 +53,8 @@ from agentgym.sandbox.capture import OutputCapture
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_owner, owner_alive
 
-__all__ = ["LABEL", "DockerProcess", "DockerSandbox", "docker_client", "remove_containers"]
+__all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_client",
+           "remove_containers"]
 
 LABEL = "agentgym.sandbox"
 _CHUNK = 1 << 16
@@ -173,8 +175,8 @@ class DockerSandbox(Sandbox):
             api.start(self.container_id)
         except errors.ImageNotFound as exc:
             self._cleanup()
-            raise SandboxError(f"image {self.image!r} not found: build it with `agentgym build` "
-                               f"(agentgym.sandbox.build_images) first") from exc
+            raise SandboxError(f"image {self.image!r} not found: build it with "
+                               f"`{build_command(self.image)}` first") from exc
         except errors.DockerException as exc:
             self._cleanup()
             raise SandboxError(f"cannot start a container from {self.image!r}: {exc}") from exc
@@ -193,16 +195,22 @@ class DockerSandbox(Sandbox):
         except _errors().NotFound:
             return False
 
-    def _dead(self) -> SandboxDeadError:
-        """The error for a container that is no longer running, saying what happened to it."""
+    def death(self) -> str | None:
+        if self._closed or not self._started:
+            return super().death()
         try:
             state = self._api.inspect_container(self.container_id)["State"]
         except _errors().NotFound:
-            return SandboxDeadError(f"sandbox {self.id} is dead: its container is gone "
-                                    "(killed or removed)")
-        return SandboxDeadError(f"sandbox {self.id} is dead: container {state.get('Status')}, "
-                                f"exit code {state.get('ExitCode')}, OOM-killed "
-                                f"{state.get('OOMKilled')}")
+            return f"sandbox {self.id} is dead: its container is gone (killed or removed)"
+        if state.get("Running"):
+            return None
+        return (f"sandbox {self.id} is dead: container {state.get('Status')}, exit code "
+                f"{state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}")
+
+    def _dead(self) -> SandboxDeadError:
+        """The error for a container that is no longer running, saying what happened to it."""
+        return SandboxDeadError(self.death() or f"sandbox {self.id} is dead: its container "
+                                "stopped running")
 
     def _exec_create(self, cmd: Sequence[str], env: Mapping[str, str] | None, *,
                      attach: bool, stdin: bool = False) -> str:
@@ -331,6 +339,15 @@ class DockerSandbox(Sandbox):
             warnings.warn(f"cleaning up {self!r} failed: {exc}", SandboxWarning, stacklevel=2)
         finally:
             untrack(self)
+
+
+def build_command(image: str) -> str:
+    """The ``agentgym build`` command line that makes ``image`` (an agentgym image, or the
+    offline base) on this machine."""
+    m = re.fullmatch(r"agentgym/([\w.-]+)(?::[\w.-]+)?", image)
+    if m is None:
+        return "agentgym build (or docker pull)"
+    return "agentgym build --offline-base" if m[1] == "base" else f"agentgym build {m[1]}"
 
 
 def _read_pid(path: Path) -> str | None:

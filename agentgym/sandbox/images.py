@@ -4,7 +4,9 @@ The host makes a wheelhouse (``pip wheel`` of agentgym and its core dependencies
 extras the family's envs declare) in a temporary build context, and each
 ``containers/<family>/Dockerfile`` installs from it with ``pip install --no-index``. Images are
 tagged ``agentgym/<family>:<agentgym version>`` and ``:latest`` and labelled
-``agentgym.image=<family>``, ``agentgym.version``, ``agentgym.base``. Dockerfiles stay within
+``agentgym.image=<family>``, ``agentgym.version``, ``agentgym.base`` and ``agentgym.source``
+(:func:`source_digest` of the sources baked in; :func:`image_matches_source` tells whether an
+image still runs the code of this checkout). Dockerfiles stay within
 the legacy builder (no BuildKit on the CI machines).
 
 Machines without a registry first build the base image offline (:func:`build_base_image`:
@@ -15,18 +17,21 @@ must have the same Python minor version (3.11 on both bookworm bases).
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import agentgym
 from agentgym._version import __version__
-from agentgym.sandbox.base import SandboxError
+from agentgym.sandbox.base import SandboxError, SandboxWarning
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
@@ -37,6 +42,9 @@ __all__ = [
     "containers_dir",
     "image_exists",
     "image_families",
+    "image_matches_source",
+    "source_digest",
+    "warn_if_stale",
 ]
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
@@ -67,15 +75,84 @@ def _client(client: Any) -> Any:
     return docker_client()
 
 
-def image_exists(tag: str, *, client: Any = None) -> bool:
-    """Whether the daemon has image ``tag`` locally."""
+def _replaced(client: Any, old_id: str | None, new_id: str) -> None:
+    """Remove the image ``old_id`` that a rebuild took the tags from, unless it is still tagged
+    or used (a rebuild would otherwise leave a dangling copy of every previous build)."""
+    import docker.errors
+
+    if old_id is None or old_id == new_id:
+        return
+    try:
+        if not client.images.get(old_id).tags:
+            client.images.remove(old_id)
+    except docker.errors.APIError:  # a container still uses it, or it is already gone
+        pass
+
+
+def _image_id(client: Any, tag: str) -> str | None:
+    """The id of image ``tag``, or ``None`` if the daemon does not have it."""
     import docker.errors
 
     try:
-        _client(client).images.get(tag)
+        return client.images.get(tag).id
     except docker.errors.ImageNotFound:
-        return False
-    return True
+        return None
+
+
+def image_exists(tag: str, *, client: Any = None) -> bool:
+    """Whether the daemon has image ``tag`` locally."""
+    return _image_id(_client(client), tag) is not None
+
+
+# The packages of the agentgym distribution (setup.py maps the last three into the namespace).
+_PACKAGES = ("agentgym", "agentgym.envs", "agentgym.policies", "agentgym.trainers")
+
+
+def source_digest() -> str:
+    """sha256 (hex) of the ``.py`` and ``.yaml`` files of agentgym's packages as this process
+    finds them: what :func:`build_images` bakes into an image (a few ms)."""
+    digest = hashlib.sha256()
+    for name in _PACKAGES:
+        spec = importlib.util.find_spec(name)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(root).rglob("*")):
+                if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
+                    digest.update(f"{name}/{path.relative_to(root)}\0".encode())
+                    digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _source_label(client: Any, tag: str) -> str | None:
+    import docker.errors
+
+    try:
+        return (client.images.get(tag).labels or {}).get("agentgym.source")
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def image_matches_source(tag: str, *, client: Any = None) -> bool:
+    """Whether image ``tag`` was built from the sources this process runs (its
+    ``agentgym.source`` label is :func:`source_digest`); ``False`` for a missing image."""
+    return _source_label(_client(client), tag) == source_digest()
+
+
+_checked: set[str] = set()
+
+
+def warn_if_stale(tag: str, *, client: Any = None) -> None:
+    """Warn (once per image and process) when image ``tag`` was built by :func:`build_images`
+    from other sources than this process runs: its envs may then behave differently."""
+    if tag in _checked:
+        return
+    _checked.add(tag)
+    label = _source_label(_client(client), tag)
+    if label is not None and label != source_digest():
+        from agentgym.sandbox.docker import build_command
+
+        warnings.warn(f"image {tag} was built from other agentgym sources than this process "
+                      f"runs, so its envs may behave differently: rebuild it with "
+                      f"`{build_command(tag)}`", SandboxWarning, stacklevel=2)
 
 
 def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, rebuild: bool = False,
@@ -137,6 +214,7 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
         say(f"base image {base_image}")
         build_base_image(base_image, client=client)
     images = {}
+    source = source_digest()
     with tempfile.TemporaryDirectory(prefix="agentgym-build-") as tmp:
         context = Path(tmp)
         extras = {e for f in families for e in _family_extras(f)}
@@ -148,13 +226,14 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
             family_extras = _family_extras(family)
             requirement = f"agentgym[{','.join(family_extras)}]" if family_extras else "agentgym"
             say(f"building {image} from {base_image}")
+            previous = _image_id(client, image)
             try:
                 built, _ = client.images.build(
                     path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
                     forcerm=True, pull=False,
                     buildargs={"BASE_IMAGE": base_image, "AGENTGYM_REQ": requirement},
                     labels={"agentgym.image": family, "agentgym.version": __version__,
-                            "agentgym.base": base_image})
+                            "agentgym.base": base_image, "agentgym.source": source})
             except docker.errors.BuildError as exc:
                 tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
                                for chunk in exc.build_log)[-4000:]
@@ -162,5 +241,6 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
                         f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})")
                 raise SandboxError(f"building {image} failed: {exc.msg}\n{tail}{hint}") from exc
             built.tag(f"agentgym/{family}", "latest")
+            _replaced(client, previous, built.id)
             images[family] = image
     return images

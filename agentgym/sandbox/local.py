@@ -250,10 +250,16 @@ class LocalSandbox(Sandbox):
     def alive(self) -> bool:
         return self._started and not self._closed and self.host_dir.is_dir()
 
+    def death(self) -> str | None:
+        reason = super().death()
+        if reason is not None and self._started and not self._closed:
+            return f"{reason}: {self.host_dir} vanished"
+        return reason
+
     def _require_alive(self) -> None:
         self._require_started()
-        if not self.host_dir.is_dir():
-            raise SandboxDeadError(f"sandbox {self.id} is dead: {self.host_dir} vanished")
+        if (reason := self.death()) is not None:
+            raise SandboxDeadError(reason)
 
     def _popen(self, argv: Sequence[str], env: Mapping[str, str] | None, *, stdin: int,
                stdout: int | IO[bytes], stderr: int, cpu_s: float | None) -> subprocess.Popen[bytes]:

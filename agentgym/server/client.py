@@ -17,6 +17,7 @@ Sync and async calls share one session and may be mixed. Values come back as
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Any, Callable, ClassVar, Mapping, Self
 
 import httpx
@@ -122,14 +123,24 @@ class _SessionEnv:
     url: str
     env_id: str
     session: RemoteSession
+    _on_close: weakref.finalize | None
 
     def _start(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None, kind: str, *,
-               lazy: bool, **transport_options: Any) -> None:
+               lazy: bool, on_close: Callable[[], None] | None,
+               **transport_options: Any) -> None:
         self.url, self.env_id = url, env_id
+        self._on_close = None
+        if on_close is not None:
+            self._on_close = weakref.finalize(self, on_close)
+            self._on_close.atexit = False  # at exit, the sandboxes' own exit hooks clean up
         self.session = RemoteSession(Transport(url, **transport_options), env_id, kwargs, kind,
                                      self._opened)
         if not lazy:
-            self.session.open()
+            try:
+                self.session.open()
+            except BaseException:
+                self.close()
+                raise
 
     def _opened(self, answer: dict[str, Any]) -> None:
         """Take the spaces (and so on) from the server's answer to the session's creation."""
@@ -139,18 +150,31 @@ class _SessionEnv:
     async def acreate(cls, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None,
                       **options: Any) -> Self:
         """An env whose session was created through the async client (``options`` are the
-        constructor's)."""
+        constructor's). If creating the session fails, the env is closed before the error
+        propagates."""
         env = cls(url, env_id, kwargs, lazy=True, **options)  # type: ignore[call-arg]
-        await env.session.aopen()
+        try:
+            await env.session.aopen()
+        except BaseException:
+            await env.aclose()
+            raise
         return env
 
     def close(self) -> None:
-        """Delete the session (idempotent; fine when the server is gone)."""
-        self.session.close()
+        """Delete the session (idempotent; fine when the server is gone), then run ``on_close``."""
+        try:
+            self.session.close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     async def aclose(self) -> None:
         """Async ``close``."""
-        await self.session.aclose()
+        try:
+            await self.session.aclose()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.env_id!r} at {self.url}, session {self.session.id})"
@@ -179,22 +203,33 @@ class RemoteEnv(_SessionEnv, TextEnv):
         client, async_client: shared httpx clients (many envs, one connection pool; httpx's
             pool gets slow beyond some dozens of connections, so share with care).
         lazy: create the session on first use instead of now.
+        on_close: called once, when the env is closed or garbage-collected (not at interpreter
+            exit), e.g. to give back the sandbox that runs the server. It must not refer to the
+            env (that would keep it alive).
+        diagnose: called when the server cannot be reached; says why (see
+            :class:`~agentgym.server.transport.Transport`).
 
     Raises (from any call): :class:`~agentgym.server.errors.EnvServerError` subclasses;
-    a non-``str`` action raises ``TypeError`` locally, as for every TextEnv.
+    a non-``str`` action raises ``TypeError`` locally, as for every TextEnv. A constructor (or
+    :meth:`acreate`) that raises has closed the env.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "render_fps": 4}
     step_in_thread: ClassVar[bool] = False
+    #: ``areset``/``astep`` await network I/O, so an asyncio timeout can cut them short (the
+    #: rollout engine reads this; an env that steps inline on the loop cannot be interrupted).
+    interruptible: ClassVar[bool] = True
 
     def __init__(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
                  timeout: float | None = 120.0, connect_timeout: float = 5.0,
                  uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None, lazy: bool = False):
+                 async_client: httpx.AsyncClient | None = None, lazy: bool = False,
+                 on_close: Callable[[], None] | None = None,
+                 diagnose: Callable[[], str | None] | None = None):
         super().__init__()
-        self._start(url, env_id, kwargs, "single", lazy=lazy, timeout=timeout,
-                    connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client)
+        self._start(url, env_id, kwargs, "single", lazy=lazy, on_close=on_close,
+                    timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
+                    async_client=async_client, diagnose=diagnose)
 
     def _opened(self, answer: dict[str, Any]) -> None:
         observation_space = space_from_description(answer["observation_space"])
@@ -242,16 +277,18 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
     def __init__(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
                  timeout: float | None = 120.0, connect_timeout: float = 5.0,
                  uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None, lazy: bool = False):
+                 async_client: httpx.AsyncClient | None = None, lazy: bool = False,
+                 on_close: Callable[[], None] | None = None,
+                 diagnose: Callable[[], str | None] | None = None):
         self.agents: list[Any] = []
         self.possible_agents: list[Any] = []
         self.metadata: dict[str, Any] = {"render_modes": [], "name": "remote_parallel"}
         self._observation_spaces: dict[Any, spaces.Space[Any]] = {}
         self._action_spaces: dict[Any, spaces.Space[Any]] = {}
         self._by_name: dict[str, Any] = {}
-        self._start(url, env_id, kwargs, "parallel", lazy=lazy, timeout=timeout,
-                    connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client)
+        self._start(url, env_id, kwargs, "parallel", lazy=lazy, on_close=on_close,
+                    timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
+                    async_client=async_client, diagnose=diagnose)
 
     def _opened(self, answer: dict[str, Any]) -> None:
         self.possible_agents = list(answer["possible_agents"])

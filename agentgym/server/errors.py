@@ -14,6 +14,9 @@ the codes of :data:`STATUS` (env failures add ``exception_type``). The server ra
     - ``RequestRejected``             (also ``ValueError``) a 4xx: the request was bad or
                                       exceeded a limit; the server is fine
        - ``UnknownRemoteEnv``         (also :class:`agentgym.UnknownEnvError`) unknown env id
+       - ``InvalidRemoteKwargs``      (also ``TypeError``) the env's constructor refused the
+                                      kwargs with a ``TypeError`` (unknown names), as
+                                      :func:`agentgym.make` raises in-process
     - ``EnvServerFull``               503: ``max_sessions`` reached; retry later or elsewhere
     - ``RemoteEnvError``              (also ``RuntimeError``) the env itself raised (or had
                                       raised, for a broken session); ``exception_type``
@@ -33,6 +36,7 @@ __all__ = [
     "EnvServerHTTPError",
     "EnvServerTimeout",
     "EnvServerUnavailable",
+    "InvalidRemoteKwargs",
     "RemoteEnvError",
     "RequestRejected",
     "UnknownRemoteEnv",
@@ -115,6 +119,11 @@ class UnknownRemoteEnv(RequestRejected, UnknownEnvError):
     """The server has no env of that id; ``detail`` suggests close ones."""
 
 
+class InvalidRemoteKwargs(RequestRejected, TypeError):
+    """The env's constructor raised ``TypeError`` for the kwargs (``invalid_kwargs``); ``detail``
+    names the accepted ones."""
+
+
 class EnvServerFull(EnvServerHTTPError):
     """The server already hosts ``max_sessions`` sessions."""
 
@@ -138,6 +147,8 @@ def error_from_response(url: str, status: int, payload: Any, text: str) -> EnvSe
     code, detail = payload["error"], str(payload.get("detail", ""))
     if code == "unknown_env":
         cls: type[EnvServerHTTPError] = UnknownRemoteEnv
+    elif code == "invalid_kwargs" and payload.get("exception_type") == "TypeError":
+        cls = InvalidRemoteKwargs
     elif code == "too_many_sessions":
         cls = EnvServerFull
     elif code in _REMOTE_ENV_CODES:

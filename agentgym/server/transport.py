@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
@@ -39,6 +39,9 @@ class Transport:
             only the ``Host`` header).
         client, async_client: share these httpx clients (and their connection pools) instead of
             making one of each; shared clients are not closed by :meth:`close`.
+        diagnose: called (blocking) when the server cannot be reached; what it returns (why
+            the server is gone, e.g. its sandbox died) is added to the
+            :class:`~agentgym.server.errors.EnvServerUnavailable` message.
 
     Clients are made on first use. Proxy settings in the environment are ignored: the server is
     local or addressed directly. An async client made here belongs to the event loop it was made
@@ -47,8 +50,12 @@ class Transport:
 
     def __init__(self, url: str, *, timeout: float | None = 120.0, connect_timeout: float = 5.0,
                  uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None):
+                 async_client: httpx.AsyncClient | None = None,
+                 diagnose: Callable[[], str | None] | None = None):
         self.url = url.rstrip("/")
+        self.diagnose = diagnose
+        # Plain HTTP never uses TLS: skip loading the certificate store (~25 ms per client).
+        self._verify = not self.url.startswith("http://")
         self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self.uds = uds
         self._client = client
@@ -59,7 +66,7 @@ class Transport:
 
     def _sync(self) -> httpx.Client:
         if self._client is None:
-            transport = httpx.HTTPTransport(uds=self.uds) if self.uds else None
+            transport = httpx.HTTPTransport(uds=self.uds, verify=self._verify)
             self._client = httpx.Client(base_url=self.url, timeout=self.timeout,
                                         transport=transport, trust_env=False)
         return self._client
@@ -68,7 +75,7 @@ class Transport:
         loop = asyncio.get_running_loop()
         if self._owns_async_client and self._async_loop is not loop:
             # A client of another (likely finished) loop cannot be closed from this one.
-            transport = httpx.AsyncHTTPTransport(uds=self.uds) if self.uds else None
+            transport = httpx.AsyncHTTPTransport(uds=self.uds, verify=self._verify)
             self._async_client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout,
                                                    transport=transport, trust_env=False)
             self._async_loop = loop
@@ -132,9 +139,11 @@ class Transport:
                                     f"({type(exc).__name__})", url=self.url, seconds=seconds)
         if isinstance(exc, httpx.TransportError):
             where = f"{self.url} (socket {self.uds})" if self.uds else self.url
+            why = self.diagnose() if self.diagnose is not None else None
             return EnvServerUnavailable(
                 f"env server {where} is gone or unreachable: {what} failed with "
-                f"{type(exc).__name__}: {exc or 'connection lost'}", url=self.url)
+                f"{type(exc).__name__}: {exc or 'connection lost'}" + (f"; {why}" if why else ""),
+                url=self.url)
         return EnvServerError(f"{what} failed: {type(exc).__name__}: {exc}", url=self.url)
 
     def close(self) -> None:

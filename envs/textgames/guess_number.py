@@ -32,7 +32,8 @@ class GuessNumberEnv(TextEnv):
     plays secret 5, ``reset(seed=s)`` draws it from ``self.np_random``. Reward is 1.0 on the
     guess that hits it (which terminates with ``info["success"] = True``), 0.0 otherwise; the
     episode is truncated when the guesses are used up. ``admissible_actions`` lists every number
-    in range (consistent with the feedback or not: using the feedback is the agent's job).
+    in range (consistent with the feedback or not: using the feedback is the agent's job), and
+    ``ground_truth`` is the secret (for IGPO's information-gain rewards; never shown).
 
     Args:
         high: the largest possible secret, from 2 to 1000.
@@ -123,4 +124,5 @@ class GuessNumberEnv(TextEnv):
                          f"{self.max_guesses - self._guesses}",
             "admissible_actions": [str(n) for n in range(1, self.high + 1)],
             "success": self._success,
+            "ground_truth": str(self._secret),
         }

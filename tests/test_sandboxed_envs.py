@@ -1,0 +1,393 @@
+"""Envs in sandboxed env servers: ``agentgym.make(..., sandbox=...)``,
+``collect(..., sandbox=...)``, ``agentgym eval sandbox=...``, ``agentgym build`` and
+``agentgym sandbox gc``.
+
+Every registered env plays the same in-process, through ``sandbox="local"`` (bubblewrap) and
+through ``sandbox="docker"`` (the text games' image); faults (a killed container, a killed
+server) give clear errors and leave the batch running; nothing outlives a test. The docker cases
+skip without a daemon, except under CI (``$CI`` set), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import gc as garbage
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
+from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
+    ROOT,
+    connect_script,
+    eventually,
+    host_tcp_server,
+    no_leftovers,
+    run_and_crash,
+)
+
+import agentgym
+from agentgym.episode import Episode
+from agentgym.policies.scripted import RandomPolicy
+from agentgym.policy import Generation, GenerationRequest
+from agentgym.rollout import collect, default_tasks
+from agentgym.sandbox import (
+    EnvServerPool,
+    Sandbox,
+    SandboxError,
+    SandboxWarning,
+    build_images,
+    image_for,
+)
+from agentgym.sandbox import images as images_module
+from agentgym.sandbox import spec as spec_module
+from agentgym.sandbox.images import image_matches_source
+from agentgym.sandbox.docker import docker_client
+from agentgym.sandbox.envs import default_pool
+from agentgym.sandbox.envserver import python_in
+from agentgym.sandbox.local import bwrap_usable
+from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
+from agentgym.server.jsonsafe import to_jsonable
+
+SOKOBAN = "agentgym/Sokoban-v0"
+ENVS = sorted(agentgym.list_envs())
+SEEDS = (0, 1, 2)
+TURNS = 8
+CLI = [sys.executable, "-m", "agentgym.cli"]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run this test, but: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def bwrap() -> None:
+    """Bubblewrap works here (skip without it, fail under CI)."""
+    if (problem := bwrap_usable()) is not None:
+        _unavailable(problem)
+
+
+@pytest.fixture(scope="session")
+def current_textgames_image(request: pytest.FixtureRequest) -> str:
+    """The text games' image, rebuilt if it runs other sources than this checkout's (its envs
+    would then play differently)."""
+    image = request.getfixturevalue("textgames_image")
+    if not image_matches_source(image):
+        build_images(["textgames"], base_image=request.getfixturevalue("base_image"))
+    return image
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each sandbox backend; ``docker`` with an up-to-date text games' image."""
+    request.getfixturevalue("bwrap" if request.param == "local" else "current_textgames_image")
+    return request.param
+
+
+def play(env: Any, seed: int) -> list[Any]:
+    """Everything ``env`` answers to a reset with ``seed`` and up to TURNS actions drawn from
+    ``admissible_actions`` by a generator seeded with ``seed``, as JSON values."""
+    rng = random.Random(seed)
+    obs, info = env.reset(seed=seed)
+    trace = [to_jsonable([obs, info])]
+    for _ in range(TURNS):
+        obs, reward, terminated, truncated, info = env.step(rng.choice(info["admissible_actions"]))
+        trace.append(to_jsonable([obs, reward, terminated, truncated, info]))
+        if terminated or truncated:
+            break
+    return trace
+
+
+def comparable(episode: Episode) -> dict[str, Any]:
+    """An episode without its timings, as JSON values."""
+    data = episode.to_dict()
+    for turn in data["turns"]:
+        turn.pop("timings")
+    return to_jsonable(data)
+
+
+def host_ip() -> str:
+    """This host's address on its default route (no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("10.255.255.255", 1))
+        return s.getsockname()[0]
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def server_host_pid(sb: Sandbox, docker_api: Any = None) -> int:
+    """The host pid of the env server in ``sb`` (docker: of the container's init, which shares
+    the server's namespaces)."""
+    if docker_api is not None:
+        return int(docker_api.inspect_container(sb.container_id)["State"]["Pid"])
+    marker = str(sb.host_dir).encode()  # in the argv of the sandbox's bwrap processes
+    for entry in Path("/proc").iterdir():
+        command = cmdline(int(entry.name)) if entry.name.isdigit() else b""
+        if b"agentgym.server" in command and marker not in command:
+            ancestor = parent(int(entry.name))
+            while ancestor > 1 and marker not in cmdline(ancestor):
+                ancestor = parent(ancestor)
+            if ancestor > 1:
+                return int(entry.name)
+    raise AssertionError(f"no env server process in {sb}")
+
+
+def interfaces(pid: int) -> list[str]:
+    """The network interfaces in the namespace of process ``pid``."""
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":")[0].strip() for line in lines)
+
+
+# --- same envs, wherever they run --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_every_env_plays_the_same_sandboxed(env_id: str, backend: str) -> None:
+    expected = [play(agentgym.make(env_id), seed) for seed in SEEDS]
+    env = agentgym.make(env_id, sandbox=backend)
+    try:
+        assert isinstance(env, RemoteEnv) and env.family == "textgames"
+        assert [play(env, seed) for seed in SEEDS] == expected
+    finally:
+        env.close()
+
+
+def test_collect_gives_the_same_episodes(backend: str) -> None:
+    options: dict[str, Any] = {"group_size": 2, "max_turns": 6, "concurrency": 8,
+                               "progress": False}
+    tasks = default_tasks(4)
+    with EnvServerPool(backend, sessions_per_server=4) as servers:
+        for env_id in ENVS:
+            expected = collect(env_id, RandomPolicy(), tasks, **options)
+            got = collect(env_id, RandomPolicy(), tasks, sandbox=servers, **options)
+            assert [comparable(e) for e in got] == [comparable(e) for e in expected]
+            assert not any(e.error for e in got)
+        assert len(servers.sandboxes()) == 0  # every env closed: every server given back
+
+
+def test_make_errors_are_the_in_process_ones(backend: str) -> None:
+    with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'agentgym/Sokoban-v0'"):
+        agentgym.make("agentgym/Sokobn-v0", sandbox=backend)
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room"):
+        agentgym.make(SOKOBAN, size=3)
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room") \
+            as info:
+        agentgym.make(SOKOBAN, sandbox=backend, size=3)
+    assert isinstance(info.value, InvalidRemoteKwargs) and info.value.status == 400
+    with pytest.raises(ValueError, match="num_boxes"):
+        agentgym.make(SOKOBAN, sandbox=backend, num_boxes=0)
+    with pytest.raises(ValueError, match="unknown sandbox backend 'vm'"):
+        agentgym.make(SOKOBAN, sandbox="vm")
+
+
+def test_envs_share_a_server_and_give_it_back(backend: str) -> None:
+    with EnvServerPool(backend, sessions_per_server=2) as servers:
+        a, b, c = (servers.make(env_id) for env_id in ENVS)
+        assert servers.sandbox_of(a) is servers.sandbox_of(b) is not servers.sandbox_of(c)
+        first = servers.sandbox_of(a)
+        a.close()
+        b.close()
+        eventually(lambda: not first.alive())  # warm=0: its last env's close closes it
+        assert servers.sandboxes() == [servers.sandbox_of(c)]
+        c.close()
+
+
+def test_sandbox_is_closed_when_its_env_is_garbage_collected(bwrap: None) -> None:
+    env = agentgym.make(SOKOBAN, sandbox="local")
+    sb = default_pool("local").sandbox_of(env)
+    env.reset(seed=0)
+    del env
+    garbage.collect()
+    eventually(lambda: not sb.alive())
+
+
+def test_sandboxes_are_closed_at_interpreter_exit(bwrap: None) -> None:
+    code = (f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox='local')\n"
+            "from agentgym.sandbox.envs import default_pool\n"
+            "print(default_pool('local').sandbox_of(env).host_dir)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, check=True)
+    assert not Path(proc.stdout.strip()).exists()
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("client")
+def test_missing_image_names_the_build_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spec_module, "image_for", lambda m: "agentgym/textgames:no-such-tag")
+    with pytest.raises(SandboxError, match="not found: build it with `agentgym build textgames`"):
+        agentgym.make(SOKOBAN, sandbox="docker")
+
+
+@pytest.mark.docker
+def test_stale_image_warns(current_textgames_image: str,
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(images_module, "_checked", set())
+    monkeypatch.setattr(images_module, "source_digest", lambda: "other sources")
+    with pytest.warns(SandboxWarning, match="built from other agentgym sources.*"
+                                            "`agentgym build textgames`"):
+        env = agentgym.make(SOKOBAN, sandbox="docker")
+    env.close()
+
+
+# --- containment ---------------------------------------------------------------------------------
+
+
+def test_env_server_has_no_network(backend: str) -> None:
+    env = agentgym.make(SOKOBAN, sandbox=backend)
+    try:
+        sb = default_pool(backend).sandbox_of(env)
+        assert not sb.limits.network and not agentgym.manifest(SOKOBAN).resources.network
+        pid = server_host_pid(sb, docker_client().api if backend == "docker" else None)
+        assert interfaces(pid) == ["lo"]  # the server's own network namespace
+        with host_tcp_server() as (port, peers):
+            for host in ("127.0.0.1", host_ip(), "1.1.1.1"):
+                out = sb.exec([python_in(sb), "-c", connect_script(host, port)]).check().stdout
+                assert out.startswith(b"failed"), (host, out)
+        assert peers == []
+        env.reset(seed=0)  # and it serves all the same, over its Unix socket
+    finally:
+        env.close()
+
+
+# --- faults --------------------------------------------------------------------------------------
+
+
+class KillingPolicy(RandomPolicy):
+    """A random policy that runs ``kill`` once, at its ``at``-th generate call."""
+
+    def __init__(self, at: int, kill: Any):
+        super().__init__()
+        self.at, self.kill, self.calls = at, kill, 0
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        self.calls += 1
+        if self.calls == self.at:
+            self.kill()
+        return await super().generate(requests)
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("textgames_image")
+def test_killed_container_fails_only_its_episodes() -> None:
+    killed: list[Sandbox] = []
+    before: set[str] = set()
+    seen: set[str] = set()
+    with EnvServerPool("docker", sessions_per_server=2, warm=1) as servers:
+        def kill() -> None:
+            before.update(s.id for s in servers.sandboxes())
+            victim = servers.sandboxes()[0]
+            docker_client().api.kill(victim.container_id)  # failure injection: `docker kill`
+            killed.append(victim)
+
+        policy = KillingPolicy(at=8, kill=kill)
+        episodes = collect(SOKOBAN, policy, default_tasks(16), max_turns=6, concurrency=4,
+                           progress=False, sandbox=servers,
+                           on_episode=lambda _: seen.update(s.id for s in servers.sandboxes()))
+        assert killed and not killed[0].alive()
+        failed = [e for e in episodes if e.error]
+        assert 1 <= len(failed) <= 2, [e.error for e in episodes]  # its 2 sessions at most
+        for e in failed:
+            assert e.error.startswith(("step failed: EnvServerUnavailable",
+                                       "reset failed: EnvServerUnavailable")), e.error
+            assert f"sandbox {killed[0].id} is dead" in e.error and "docker backend" in e.error
+        assert all(e.num_turns > 0 for e in episodes if not e.error)
+        assert len(episodes) == 16 and seen - before  # replaced, and the batch went on
+
+
+def test_killed_server_is_a_clear_error(bwrap: None) -> None:
+    env = agentgym.make(SOKOBAN, sandbox="local")
+    try:
+        env.reset(seed=0)
+        servers = default_pool("local")
+        sb = servers.sandbox_of(env)
+        os.kill(server_host_pid(sb), 9)
+        with pytest.raises(EnvServerUnavailable, match=rf"the env server in sandbox {sb.id} "
+                                                       r"\(local backend\) exited with status"):
+            env.step("up")
+        assert not servers.usable(env)
+        other = agentgym.make(SOKOBAN, sandbox="local")  # placed on a new server
+        assert servers.sandbox_of(other) is not sb
+        other.reset(seed=0)
+        other.close()
+    finally:
+        env.close()
+
+
+def test_eval_in_a_sandbox(bwrap: None, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run([*CLI, "eval", "sandbox=local", "episodes=4", "max_turns=3",
+                           "progress=false", f"out_dir={out}"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] == 4 and summary["errors"] == 0
+    assert "sandbox: local" in (out / "config.yaml").read_text()
+
+
+# --- the commands ------------------------------------------------------------------------------
+
+
+def agentgym_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("textgames_image")
+def test_build_command() -> None:
+    images, image = docker_client().images, image_for(SOKOBAN)
+    dangling = {i.id for i in images.list(filters={"dangling": True})}
+    proc = agentgym_cmd("build", "textgames", "--offline-base")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"built {image} (textgames)" in proc.stdout
+    assert images.get(image).labels["agentgym.base"] == "agentgym/base:bookworm"
+    assert {i.id for i in images.list(filters={"dangling": True})} <= dangling
+    proc = agentgym_cmd("build", "no-such-family")
+    assert proc.returncode == 1 and "no Dockerfile for ['no-such-family']" in proc.stdout
+
+
+@pytest.fixture
+def crashed_owner(backend: str) -> Iterator[tuple[str, str]]:
+    """A process that made a sandboxed env and was SIGKILLed: (host dir, sandbox id)."""
+    out = run_and_crash(
+        f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox={backend!r})\n"
+        "from agentgym.sandbox.envs import default_pool\n"
+        f"sb = default_pool({backend!r}).sandbox_of(env)\n"
+        "print(sb.host_dir, sb.id)\n")
+    host_dir, sandbox_id = out.split()
+    yield host_dir, sandbox_id
+
+
+def test_gc_command_removes_a_killed_owners_sandbox(crashed_owner: tuple[str, str],
+                                                    backend: str) -> None:
+    host_dir, sandbox_id = crashed_owner
+    assert Path(host_dir).exists()  # left behind (with its cgroups or container) ...
+    proc = agentgym_cmd("sandbox", "gc", "--older-than", "3600")
+    assert proc.returncode == 0 and "removed 0 container(s), 0 host dir(s)" in proc.stdout
+    proc = agentgym_cmd("sandbox", "gc")  # ... until gc
+    assert proc.returncode == 0, proc.stderr
+    assert not Path(host_dir).exists()
+    if backend == "docker":  # (its host dir goes with the container)
+        assert f"container agentgym-{sandbox_id}" in proc.stdout
+    else:
+        assert f"dir {host_dir}" in proc.stdout and f"-{sandbox_id}" in proc.stdout  # cgroups
