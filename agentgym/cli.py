@@ -1,6 +1,7 @@
 """The ``agentgym`` command.
 
-    agentgym list [--family F]          every registered env, plugins included
+    agentgym list [--family F]          every registered env (Gymnasium and multi-agent), plugins
+                                        included
     agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
     agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
     agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
@@ -49,10 +50,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         if args.family is None or m.family == args.family
     }
     table = Table(title=f"agentgym environments ({len(envs)})")
-    for column in ("id", "family", "description", "plugin", "extras"):
+    for column in ("id", "kind", "family", "description", "plugin", "extras"):
         table.add_column(column, overflow="fold")
     for env_id, m in envs.items():
-        table.add_row(env_id, m.family, m.description, m.plugin, ", ".join(m.extras))
+        table.add_row(env_id, ", ".join(m.kinds), m.family, m.description, m.plugin,
+                      ", ".join(m.extras))
     console.print(table)
     return 0
 

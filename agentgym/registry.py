@@ -13,6 +13,12 @@ and its heavy dependencies are imported only by ``make``. A plugin that fails to
 Ids live in Gymnasium's registry, so ``gymnasium.make("agentgym/Sokoban-v0")`` works once
 ``agentgym`` is imported (or without importing it: ``gymnasium.make("agentgym:agentgym/Sokoban-v0")``).
 Each id also carries an :class:`EnvManifest` that the CLI, the sandboxes and the harness read.
+
+Multi-agent envs (PettingZoo) have no registry of their own, so they live here:
+:func:`register_multiagent` names an ``AECEnv`` and/or a ``ParallelEnv`` factory (string entry
+points again), :func:`make_aec` and :func:`make_parallel` make them. One id may be both a
+Gymnasium env (say, a single-seat wrapper of a game) and a multi-agent env; the manifest's
+``kinds`` says which ways an id can be made.
 """
 
 from __future__ import annotations
@@ -35,14 +41,24 @@ __all__ = [
     "PluginWarning",
     "Resources",
     "UnknownEnvError",
+    "KINDS",
     "list_envs",
+    "load_entry_point",
     "load_plugins",
     "make",
+    "make_aec",
+    "make_parallel",
     "manifest",
     "register",
+    "register_multiagent",
 ]
 
 ENTRY_POINT_GROUP = "agentgym.envs"
+
+#: The ways an id can be made: ``"single"`` (a Gymnasium env, :func:`make`), ``"aec"`` and
+#: ``"parallel"`` (a PettingZoo ``AECEnv`` / ``ParallelEnv``, :func:`make_aec` /
+#: :func:`make_parallel`).
+KINDS = ("single", "aec", "parallel")
 
 
 class PluginWarning(UserWarning):
@@ -78,9 +94,14 @@ class EnvManifest:
     resources: Resources = field(default_factory=Resources)
     plugin: str = ""
     """Name of the entry point that registered the id (filled in by the registry)."""
+    kinds: tuple[str, ...] = ()
+    """The :data:`KINDS` the id is registered as, in that order (filled in by the registry)."""
 
 
 _manifests: dict[str, EnvManifest] = {}
+_multiagent: dict[str, dict[str, str]] = {}
+"""id -> {"aec": entry point, "parallel": entry point} (either may be missing)."""
+_multiagent_kwargs: dict[str, dict[str, Any]] = {}
 _loaded: set[tuple[str, str]] = set()
 _current_plugin: str = ""
 
@@ -103,13 +124,52 @@ def register(
         kwargs: default constructor kwargs, overridable at ``make``.
         spec_kwargs: passed to :func:`gymnasium.register` (``max_episode_steps``, ...).
     """
+    _check_entry_point("register", id, entry_point)
+    gym.register(id=id, entry_point=entry_point, kwargs=kwargs or {}, **spec_kwargs)
+    _store_manifest(id, manifest, ("single",))
+
+
+def register_multiagent(
+    id: str,
+    *,
+    aec_entry_point: str | None = None,
+    parallel_entry_point: str | None = None,
+    manifest: EnvManifest | None = None,
+    kwargs: dict[str, Any] | None = None,
+) -> None:
+    """Register a PettingZoo env as ``id``: an ``AECEnv`` factory, a ``ParallelEnv`` factory,
+    or both (``"package.module:factory"`` strings, imported only by :func:`make_aec` /
+    :func:`make_parallel`).
+
+    ``id`` may also be a Gymnasium id (:func:`register`): its manifest then gains the
+    multi-agent kinds, and ``manifest``, when given, replaces the other fields. ``kwargs`` are
+    default factory kwargs, overridable at ``make_aec``/``make_parallel``.
+    """
+    entry_points = {kind: ep for kind, ep in (("aec", aec_entry_point),
+                                              ("parallel", parallel_entry_point)) if ep is not None}
+    if not entry_points:
+        raise TypeError(f"register_multiagent({id!r}): give aec_entry_point, "
+                        "parallel_entry_point or both")
+    for entry_point in entry_points.values():
+        _check_entry_point("register_multiagent", id, entry_point)
+    _multiagent[id] = {**_multiagent.get(id, {}), **entry_points}
+    _multiagent_kwargs[id] = dict(kwargs or {})
+    _store_manifest(id, manifest, tuple(entry_points))
+
+
+def _check_entry_point(caller: str, id: str, entry_point: Any) -> None:
     if not isinstance(entry_point, str) or ":" not in entry_point:
         raise TypeError(
-            f"register({id!r}): entry_point must be a 'module:Class' string so that the env's "
+            f"{caller}({id!r}): entry_point must be a 'module:Class' string so that the env's "
             f"dependencies are imported lazily, got {entry_point!r}"
         )
-    gym.register(id=id, entry_point=entry_point, kwargs=kwargs or {}, **spec_kwargs)
-    base = manifest or EnvManifest()
+
+
+def _store_manifest(id: str, given: EnvManifest | None, kinds: tuple[str, ...]) -> None:
+    """Record ``given`` (or keep the id's current manifest) with ``kinds`` added."""
+    previous = _manifests.get(id)
+    base = given or previous or EnvManifest()
+    known = set(kinds) | set(previous.kinds if previous else ())
     _manifests[id] = EnvManifest(
         description=base.description,
         family=base.family,
@@ -117,6 +177,7 @@ def register(
         image=base.image,
         resources=base.resources,
         plugin=base.plugin or _current_plugin,
+        kinds=tuple(k for k in KINDS if k in known),
     )
 
 
@@ -165,42 +226,52 @@ def load_plugins() -> list[str]:
 
 
 def list_envs() -> dict[str, EnvManifest]:
-    """Every id registered through agentgym, sorted, with its manifest."""
+    """Every id registered through agentgym (Gymnasium and multi-agent), sorted, with its
+    manifest."""
     return {env_id: _manifests[env_id] for env_id in sorted(_manifests)}
 
 
-def _unknown(env_id: str) -> UnknownEnvError:
-    known = list(gym.registry)
+def _unknown(env_id: str, known: list[str] | None = None, what: str = "environment"
+             ) -> UnknownEnvError:
+    known = list(gym.registry) + list(_multiagent) if known is None else known
     lowered = {k.lower(): k for k in known}
     close = difflib.get_close_matches(env_id.lower(), list(lowered), n=3, cutoff=0.6)
     hint = f" Did you mean {', '.join(repr(lowered[c]) for c in close)}?" if close else ""
     return UnknownEnvError(
-        f"No environment {env_id!r} is registered.{hint} `agentgym list` shows every id; "
+        f"No {what} {env_id!r} is registered.{hint} `agentgym list` shows every id; "
         "a plugin's ids appear once its package is installed."
     )
 
 
 def manifest(env_id: str) -> EnvManifest:
     """The manifest of ``env_id`` (an empty one for plain Gymnasium ids)."""
-    if env_id not in gym.registry:
+    if env_id not in gym.registry and env_id not in _multiagent:
         raise _unknown(env_id)
-    return _manifests.get(env_id, EnvManifest())
+    return _manifests.get(env_id, EnvManifest(kinds=("single",)))
 
 
-def _check_kwargs(env_id: str, kwargs: dict[str, Any]) -> None:
-    """Raise a TypeError naming the accepted kwargs when ``kwargs`` has unknown names."""
-    spec = gym.spec(env_id)
-    if not isinstance(spec.entry_point, str):
+def _check_kwargs(env_id: str, entry_point: Any, kwargs: dict[str, Any]) -> None:
+    """Raise a TypeError naming the accepted kwargs when ``kwargs`` has names that the
+    ``"module:attr"`` ``entry_point`` does not accept."""
+    if not isinstance(entry_point, str):
         return
-    module_name, _, attr = spec.entry_point.partition(":")
-    creator = getattr(importlib.import_module(module_name), attr)
-    params = inspect.signature(creator).parameters
+    params = inspect.signature(load_entry_point(entry_point)).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return
     unknown = sorted(set(kwargs) - set(params))
     if unknown:
         accepted = ", ".join(n for n in params if n != "self")
         raise TypeError(f"{env_id} got unknown argument(s) {unknown}; it accepts: {accepted}")
+
+
+def load_entry_point(entry_point: str) -> Any:
+    """The object that ``"package.module:attr"`` (``attr`` may be dotted) names, importing its
+    module."""
+    module_name, _, attr = entry_point.partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
 
 
 # Keyword arguments that gymnasium.make consumes itself rather than passing to the env.
@@ -230,6 +301,28 @@ def make(env_id: str, *, sandbox: Any = None, **kwargs: Any) -> gym.Env:
         from agentgym.sandbox.envs import make_sandboxed  # sandboxes load only when used
 
         return make_sandboxed(env_id, sandbox, kwargs)
-    _check_kwargs(env_id, {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY})
+    _check_kwargs(env_id, gym.spec(env_id).entry_point,
+                  {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY})
     return gym.make(env_id, **kwargs)
+
+
+def make_aec(env_id: str, **kwargs: Any) -> Any:
+    """A new PettingZoo ``AECEnv`` of the multi-agent id ``env_id``, with the registered
+    default kwargs updated by ``kwargs``. Errors as :func:`make`'s."""
+    return _make_multiagent(env_id, "aec", kwargs)
+
+
+def make_parallel(env_id: str, **kwargs: Any) -> Any:
+    """A new PettingZoo ``ParallelEnv`` of the multi-agent id ``env_id``, with the registered
+    default kwargs updated by ``kwargs``. Errors as :func:`make`'s."""
+    return _make_multiagent(env_id, "parallel", kwargs)
+
+
+def _make_multiagent(env_id: str, kind: str, kwargs: dict[str, Any]) -> Any:
+    entry_point = _multiagent.get(env_id, {}).get(kind)
+    if entry_point is None:
+        raise _unknown(env_id, [i for i, eps in _multiagent.items() if kind in eps],
+                       f"{'AEC' if kind == 'aec' else 'parallel'} environment")
+    _check_kwargs(env_id, entry_point, kwargs)
+    return load_entry_point(entry_point)(**{**_multiagent_kwargs[env_id], **kwargs})
 

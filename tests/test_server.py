@@ -530,8 +530,8 @@ def test_parallel_env_through_server_equals_in_process(start_server):
     with pytest.raises(UnknownRemoteEnv, match="ask for kind 'single'"):
         RemoteParallelEnv(server.url, SOKOBAN)
     with httpx.Client(base_url=server.url, trust_env=False) as c:
-        assert {"id": env_id, "kind": "parallel", "family": "",
-                "description": "parallel_env:CounterParallelEnv"} in c.get("/envs").json()["envs"]
+        assert {"id": env_id, "kind": "parallel", "family": "misc",
+                "description": ""} in c.get("/envs").json()["envs"]
         sid = c.post("/sessions", json={"env_id": env_id}).json()["session_id"]
         c.post(f"/sessions/{sid}/reset", json={"seed": 0})
         assert "carol" in _error(c.post(f"/sessions/{sid}/step",

@@ -195,9 +195,22 @@ class Sandbox(abc.ABC):
         """Kill every process in the sandbox and empty :attr:`workdir`, ``/tmp`` and
         :attr:`socket_dir`: afterwards it is as good as freshly started (used by pools)."""
 
-    @abc.abstractmethod
     def close(self) -> None:
-        """Kill everything and remove everything the sandbox created. Idempotent; never raises."""
+        """Kill everything and remove everything the sandbox created. Idempotent; never raises
+        (a failed clean-up is a :class:`SandboxWarning`)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._cleanup()
+        except Exception as exc:
+            warnings.warn(f"cleaning up {self!r} failed: {exc}", SandboxWarning, stacklevel=2)
+        finally:
+            untrack(self)
+
+    @abc.abstractmethod
+    def _cleanup(self) -> None:
+        """The backend's part of :meth:`close`: kill and remove what it created."""
 
     # --- running things --------------------------------------------------------------------
 

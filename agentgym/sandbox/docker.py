@@ -47,7 +47,6 @@ from agentgym.sandbox.base import (
     SandboxProcess,
     SandboxWarning,
     track,
-    untrack,
 )
 from agentgym.sandbox.capture import OutputCapture
 from agentgym.sandbox.limits import SandboxLimits
@@ -328,17 +327,6 @@ class DockerSandbox(Sandbox):
                 if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                     raise
         self._remove_host_dir()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._cleanup()
-        except Exception as exc:
-            warnings.warn(f"cleaning up {self!r} failed: {exc}", SandboxWarning, stacklevel=2)
-        finally:
-            untrack(self)
 
 
 def build_command(image: str) -> str:

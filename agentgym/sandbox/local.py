@@ -55,7 +55,6 @@ from agentgym.sandbox.base import (
     SandboxProcess,
     SandboxWarning,
     track,
-    untrack,
 )
 from agentgym.sandbox.capture import STDERR, STDOUT, OutputCapture, shell_status
 from agentgym.sandbox.cgroups import Cgroups
@@ -355,17 +354,6 @@ class LocalSandbox(Sandbox):
             self._cgroups.remove()
             self._cgroups = None
         self._remove_host_dir()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._cleanup()
-        except Exception as exc:
-            warnings.warn(f"cleaning up {self!r} failed: {exc}", SandboxWarning, stacklevel=2)
-        finally:
-            untrack(self)
 
 
 def _pump(popen: subprocess.Popen[bytes], stdin: bytes | None, deadline: float,

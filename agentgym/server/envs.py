@@ -8,10 +8,10 @@ A session hosts one env of one of two kinds:
   env checker, which is off unless the kwargs say ``disable_env_checker: false``: its warnings
   would reach no one, and after a ``reset`` that raised (bad options), its first ``step``
   fails with ``TypeError: cannot unpack non-iterable NoneType`` (Gymnasium 1.x).
-* ``"parallel"``: a PettingZoo ``ParallelEnv``. agentgym's registry knows Gymnasium ids only, so
-  parallel envs have their own small registry here: a plugin's ``register()`` calls
-  :func:`register_parallel` (``"agentgym/Werewolf-parallel-v0"``, ``"pkg.module:factory"``), and
-  the factory is imported and called with the session's kwargs when a session needs it.
+* ``"parallel"``: a PettingZoo ``ParallelEnv``, made with :func:`agentgym.registry.make_parallel`
+  from an id that a plugin's ``register()`` registered with
+  :func:`agentgym.registry.register_multiagent` (or :func:`register_parallel`, its shorthand).
+  The factory is imported and called with the session's kwargs when a session needs it.
 
 A server started with ``allow_entry_points`` (``agentgym serve --allow-entry-points``) also
 accepts ``"package.module:factory"`` as an env id: the factory is imported and called with the
@@ -25,13 +25,20 @@ same game); the session request's ``kind`` picks one, and without ``kind`` the G
 from __future__ import annotations
 
 import difflib
-import importlib
 import re
 from typing import Any, Callable, Literal
 
 import gymnasium as gym
 
-from agentgym.registry import UnknownEnvError, list_envs, make, manifest
+from agentgym.registry import (
+    UnknownEnvError,
+    list_envs,
+    load_entry_point,
+    make,
+    make_parallel,
+    manifest,
+    register_multiagent,
+)
 from agentgym.server.errors import ApiError
 
 __all__ = ["KINDS", "Kind", "hostable_envs", "make_env", "register_parallel"]
@@ -39,26 +46,28 @@ __all__ = ["KINDS", "Kind", "hostable_envs", "make_env", "register_parallel"]
 Kind = Literal["single", "parallel"]
 KINDS: tuple[Kind, ...] = ("single", "parallel")
 
-_parallel: dict[str, str] = {}
 _ENTRY_POINT = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def register_parallel(id: str, entry_point: str) -> None:
-    """Make the PettingZoo ``ParallelEnv`` factory ``entry_point`` (``"module:attr"``, imported
-    only when a session needs it) available to env servers as ``id`` with kind ``"parallel"``."""
+    """Shorthand for :func:`~agentgym.registry.register_multiagent` with a ``ParallelEnv``
+    factory only: ``entry_point`` (``"module:attr"``, imported only when a session needs it)
+    becomes available to env servers as ``id`` with kind ``"parallel"``."""
     if not isinstance(entry_point, str) or not _ENTRY_POINT.fullmatch(entry_point):
         raise TypeError(f"register_parallel({id!r}): entry_point must be a 'module:attr' string, "
                         f"got {entry_point!r}")
-    _parallel[id] = entry_point
+    register_multiagent(id, parallel_entry_point=entry_point)
+
+
+def _parallel_ids() -> list[str]:
+    return [env_id for env_id, m in list_envs().items() if "parallel" in m.kinds]
 
 
 def hostable_envs(allowlist: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """``{"id", "kind", "family", "description"}`` of every registered id a session may name
     (within ``allowlist`` if one is given), Gymnasium ids first, each group sorted."""
-    envs = [{"id": env_id, "kind": "single", "family": m.family, "description": m.description}
-            for env_id, m in list_envs().items()]
-    envs += [{"id": env_id, "kind": "parallel", "family": "", "description": entry_point}
-             for env_id, entry_point in sorted(_parallel.items())]
+    envs = [{"id": env_id, "kind": kind, "family": m.family, "description": m.description}
+            for kind in KINDS for env_id, m in list_envs().items() if kind in m.kinds]
     return [e for e in envs if allowlist is None or e["id"] in allowlist]
 
 
@@ -74,13 +83,13 @@ def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,
     if kind != "parallel" and env_id in gym.registry:
         options = {"disable_env_checker": True, **kwargs}
         return _build(lambda: make(env_id, **options), env_id), "single"
-    if kind != "single" and env_id in _parallel:
-        return _checked(_build(lambda: _load(_parallel[env_id])(**kwargs), env_id), env_id, kind)
+    if kind != "single" and env_id in _parallel_ids():
+        return _checked(_build(lambda: make_parallel(env_id, **kwargs), env_id), env_id, kind)
     if _ENTRY_POINT.fullmatch(env_id):
         if not allow_entry_points:
             raise ApiError("env_not_allowed", f"{env_id!r} is an entry point; this server hosts "
                            "registered ids only (start it with --allow-entry-points to allow them)")
-        return _checked(_build(lambda: _load(env_id)(**kwargs), env_id), env_id, kind)
+        return _checked(_build(lambda: load_entry_point(env_id)(**kwargs), env_id), env_id, kind)
     raise ApiError("unknown_env", _unknown_message(env_id, kind))
 
 
@@ -95,14 +104,6 @@ def _build(factory: Callable[[], Any], env_id: str) -> Any:
     except Exception as exc:  # any failure of the env's own code is the client's answer
         raise ApiError("make_failed", f"{env_id}: {type(exc).__name__}: {exc}",
                        exception_type=type(exc).__name__) from None
-
-
-def _load(entry_point: str) -> Callable[..., Any]:
-    module_name, _, attr = entry_point.partition(":")
-    target: Any = importlib.import_module(module_name)
-    for part in attr.split("."):
-        target = getattr(target, part)
-    return target
 
 
 def _checked(env: Any, env_id: str, wanted: Kind | None) -> tuple[Any, Kind]:
@@ -125,10 +126,12 @@ def _unknown_message(env_id: str, kind: Kind | None) -> str:
     if kind != "parallel":
         try:
             manifest(env_id)
+            parts.append(f"No environment {env_id!r} is registered as a Gymnasium env (it is a "
+                         "multi-agent env: ask for kind 'parallel').")
         except UnknownEnvError as exc:
             parts.append(str(exc))
     if kind != "single":
-        close = difflib.get_close_matches(env_id, list(_parallel), n=3, cutoff=0.6)
+        close = difflib.get_close_matches(env_id, _parallel_ids(), n=3, cutoff=0.6)
         if close:
             parts.append(f"Parallel envs: did you mean {', '.join(map(repr, close))}?")
         elif kind == "parallel":
