@@ -54,13 +54,29 @@ def test_igpo_scores_the_ground_truth_and_trains(tmp_path):
 
 
 def test_ppo_trains_policy_and_value_head(tmp_path):
-    config = TrainConfig.from_dict({**GUESS, "estimator": "ppo", "group_size": 4,
-                                    "out_dir": str(tmp_path)})
+    config = TrainConfig.from_dict({**TINY, "estimator": "ppo", "steps": 1, "eval_tasks": 1,
+                                    "out_dir": str(tmp_path)})  # -0.1 a step: returns vary
     assert config.learner.value_head  # estimator=ppo turns the critic on
     records = train(config)
     assert records[0]["update/grad_norm"] > 0 and records[0]["update/vf_loss"] > 0
     weights = torch.load(tmp_path / "checkpoint" / "learner.pt", weights_only=False)["weights"]
     assert "value_head.weight" in weights
+
+
+@pytest.mark.vllm
+def test_vllm_generator_trains_and_serves_the_pushed_adapter(tmp_path):
+    """generator=vllm: episodes come from a local vLLM server, and after each update the new
+    LoRA adapter is hot-loaded into it (the policy version moves with it)."""
+    records = train(TrainConfig.from_dict({**TINY, "generator": "vllm", "steps": 2,
+                                           "estimator": "reinforce_pp", "eval_tasks": 1,
+                                           "out_dir": str(tmp_path)}))  # returns vary by turn
+    assert [r["step"] for r in records] == [0, 1]
+    assert all(r["update/grad_norm"] > 0 and r["errors"] == 0 for r in records)
+    assert sorted(p.name for p in (tmp_path / "pushed").iterdir())  # adapters written for vLLM
+    import psutil  # the server is shut down with the run
+
+    assert not [p for p in psutil.process_iter(["cmdline"])
+                if "vllm.entrypoints.openai.api_server" in " ".join(p.info["cmdline"] or [])]
 
 
 def test_igpo_needs_a_ground_truth(tmp_path):

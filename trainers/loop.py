@@ -286,7 +286,8 @@ class Trainer:
                 if isinstance(value, (int, float)) and key != "step":
                     self.tensorboard.add_scalar(key, value, record["step"] + 1)
             self.tensorboard.flush()
-        plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png")
+        plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png",
+                            self.cfg.eval_temperature)
 
     def close(self) -> None:
         if self.tensorboard is not None:
@@ -304,7 +305,7 @@ def _tensorboard(logdir: Path, start_step: int) -> Any:
     return SummaryWriter(str(logdir), purge_step=start_step + 1 if start_step else None)
 
 
-def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
+def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: float = 0.0) -> None:
     """Train and held-out success per step, and the policy loss, as a PNG."""
     import matplotlib
 
@@ -319,7 +320,8 @@ def plot_learning_curve(metrics_path: Path, png_path: Path) -> None:
     steps = [r["step"] for r in records]
     ax1.plot(steps, [r["train_success"] for r in records], label="train (sampled)", marker=".")
     if evals:
-        ax1.plot(*zip(*evals), label="held-out (greedy)", marker="o")
+        how = "greedy" if eval_temperature == 0 else f"sampled, T={eval_temperature:g}"
+        ax1.plot(*zip(*evals), label=f"held-out ({how})", marker="o")
     ax1.set(xlabel="update step", ylabel="success rate", ylim=(-0.02, 1.02), title="Success")
     ax1.legend()
     ax2.plot(steps, [r.get("update/pg_loss") for r in records], label="policy loss")
