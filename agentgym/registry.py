@@ -244,7 +244,8 @@ def _unknown(env_id: str, known: list[str] | None = None, what: str = "environme
 
 
 def manifest(env_id: str) -> EnvManifest:
-    """The manifest of ``env_id`` (an empty one for plain Gymnasium ids)."""
+    """The manifest of ``env_id`` (a default one, of kind ``"single"``, for plain Gymnasium
+    ids)."""
     if env_id not in gym.registry and env_id not in _multiagent:
         raise _unknown(env_id)
     return _manifests.get(env_id, EnvManifest(kinds=("single",)))
@@ -296,6 +297,9 @@ def make(env_id: str, *, sandbox: Any = None, **kwargs: Any) -> gym.Env:
     run (:class:`~agentgym.sandbox.SandboxError`).
     """
     if env_id not in gym.registry:
+        if env_id in _multiagent:
+            raise UnknownEnvError(f"{env_id!r} is a multi-agent environment only: make it with "
+                                  "make_aec or make_parallel")
         raise _unknown(env_id)
     if sandbox is not None:
         from agentgym.sandbox.envs import make_sandboxed  # sandboxes load only when used

@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import gymnasium as gym
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 from agentgym.env import TextEnv
 from agentgym.episode import Episode, Turn
@@ -35,7 +42,8 @@ from agentgym.registry import make, manifest
 if TYPE_CHECKING:
     from agentgym.sandbox.envs import EnvServerPool
 
-__all__ = ["RequestBatcher", "Task", "Timeouts", "acollect", "collect"]
+__all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "progress_bar",
+           "request_seed"]
 
 EnvFactory = Callable[[], gym.Env]
 AsyncEnvFactory = Callable[[], Awaitable[gym.Env]]
@@ -149,18 +157,19 @@ class RequestBatcher:
         await asyncio.gather(*self._inflight, return_exceptions=True)
 
 
-class _EnvPool:
-    """Idle envs of one factory, reused across episodes. Envs that failed, and idle envs that
-    ``usable`` rejects when they would be reused (their sandbox died meanwhile), are closed
-    instead."""
+class EnvPool:
+    """Idle envs of one factory, reused across episodes (or multi-agent games). Envs that failed,
+    and idle envs that ``usable`` rejects when they would be reused (their sandbox died
+    meanwhile), are closed instead. An env is anything with ``close()`` or ``aclose()``."""
 
-    def __init__(self, factory: AsyncEnvFactory, usable: Callable[[gym.Env], bool] | None = None):
+    def __init__(self, factory: Callable[[], Awaitable[Any]],
+                 usable: Callable[[Any], bool] | None = None):
         self.factory = factory
         self.usable = usable
-        self.idle: list[gym.Env] = []
-        self.all: list[gym.Env] = []
+        self.idle: list[Any] = []
+        self.all: list[Any] = []
 
-    async def acquire(self) -> gym.Env:
+    async def acquire(self) -> Any:
         while self.idle:
             env = self.idle.pop()
             if self.usable is None or self.usable(env):
@@ -170,13 +179,13 @@ class _EnvPool:
         self.all.append(env)
         return env
 
-    async def release(self, env: gym.Env, healthy: bool) -> None:
+    async def release(self, env: Any, healthy: bool) -> None:
         if healthy:
             self.idle.append(env)
         else:
             await self._discard(env)
 
-    async def _discard(self, env: gym.Env) -> None:
+    async def _discard(self, env: Any) -> None:
         self.all.remove(env)
         await _close_quietly(env)
 
@@ -186,7 +195,7 @@ class _EnvPool:
             await _close_quietly(env)
 
 
-async def _close_quietly(env: gym.Env) -> None:
+async def _close_quietly(env: Any) -> None:
     """Close ``env``, through its async ``aclose`` where it has one (a remote env's connections
     belong to this event loop)."""
     try:
@@ -241,7 +250,7 @@ class _Run:
     """What every episode of one :func:`acollect` call shares."""
 
     env_id: str
-    pool: _EnvPool
+    pool: EnvPool
     batcher: RequestBatcher
     prompter: Any  # agentgym.policies.prompting.Prompter (duck-typed: core never imports it)
     sampling: SamplingParams
@@ -315,6 +324,16 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
     return episode
 
 
+def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress, TaskID]:
+    """A progress bar of ``total`` items with a ``status`` field, and its task id (a disabled
+    bar when not ``enabled``); use it as a context manager."""
+    bar = Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not enabled,
+    )
+    return bar, bar.add_task(description, total=total, status="")
+
+
 def _group_id(env_id: str, task: Task) -> str:
     return f"{env_id}|{task.task_id if task.task_id is not None else '-'}|{task.seed}"
 
@@ -372,15 +391,11 @@ async def acollect(
     total = len(tasks) * group_size
     stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
     started = time.perf_counter()
-    bar = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not progress,
-    )
-    bar_id = bar.add_task(env_id, total=total, status="")
+    bar, bar_id = progress_bar(env_id, total, progress)
     servers, own_servers = _server_pool(sandbox)
     run = _Run(
         env_id=env_id,
-        pool=_EnvPool(_env_factory(env, env_kwargs or {}, servers),
+        pool=EnvPool(_env_factory(env, env_kwargs or {}, servers),
                       servers.usable if servers is not None else None),
         batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
                                getattr(policy, "max_concurrent_batches", None),

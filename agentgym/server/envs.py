@@ -132,10 +132,11 @@ def _unknown_message(env_id: str, kind: Kind | None) -> str:
             parts.append(str(exc))
     if kind != "single":
         close = difflib.get_close_matches(env_id, _parallel_ids(), n=3, cutoff=0.6)
-        if close:
+        if kind == "parallel" and env_id in gym.registry:
+            parts.append(f"No parallel environment {env_id!r} is registered (it is a Gymnasium "
+                         "id: ask for kind 'single').")
+        elif close:
             parts.append(f"Parallel envs: did you mean {', '.join(map(repr, close))}?")
         elif kind == "parallel":
-            note = (" (it is a Gymnasium id: ask for kind 'single')" if env_id in gym.registry
-                    else "")
-            parts.append(f"No parallel environment {env_id!r} is registered{note}.")
+            parts.append(f"No parallel environment {env_id!r} is registered.")
     return " ".join(parts)

@@ -1,0 +1,453 @@
+"""Multi-agent rollouts: games of PettingZoo text envs in which every seat has its own policy.
+
+:func:`acollect` (and its blocking twin :func:`collect`) plays ``len(tasks) * group_size`` games,
+each its own asyncio task, at most ``concurrency`` at once. A seat's policy may be a model, a
+rule-based bot or anything else that speaks the :class:`~agentgym.policy.Policy` protocol; one
+policy may play many seats. Requests go through one :class:`~agentgym.rollout.RequestBatcher`
+per policy, shared by every seat and every game, so that a local model answers all the seats
+that wait on it in one batch.
+
+Driving the env:
+
+- a PettingZoo ``ParallelEnv`` (preferred: its seats answer concurrently): each step asks the
+  live agents whose info says ``action_required`` (absent means ``True``) and steps with their
+  actions; the other agents send none.
+- a PettingZoo ``AECEnv``: ``agent_iter`` order, one agent at a time (games still run
+  concurrently).
+
+Recording: each agent's turns become one :class:`~agentgym.episode.Episode` (``agent`` is the
+seat). A :class:`~agentgym.episode.Turn` is one policy call: the observation the seat answered,
+the response and its token data, the action, the agent's info after the step, and as reward
+every env reward the agent received from that step up to its next turn (plus the weighted
+``signals``); rewards received before an agent's first turn count in its ``outcome`` only.
+``success`` is the agent's last ``info["success"]``. Episode ``group_id`` is
+``env_id|task_id|seed|agent``: the ``group_size`` games of one task and seed form, per seat, one
+group of episodes from the same start, for group advantage estimators.
+
+Info keys that multi-agent envs add to the standard ones of :class:`~agentgym.env.EnvInfo`:
+
+| key | meaning |
+|---|---|
+| ``action_required`` | parallel envs: whether the agent's action is read this step |
+| ``role``, ``team`` | the agent's role and team, where the game has them (per-role statistics) |
+| ``signals`` | ``{name: value}`` facts about the agent's last action, for ``signals=`` shaping |
+| ``metrics`` | at the end: ``{name: [hits, trials]}`` rates that the harness aggregates per role |
+
+An env may also have ``game_record()`` (the whole game as JSON values, for people): it is kept
+in each :class:`GameResult`, with the env's final ``render()`` when it was made with a
+``render_mode``.
+
+Failure isolation: an env or policy that raises, or a generate call over its timeout, ends that
+game; all its episodes are truncated with the cause in ``Episode.error`` (a game whose env could
+not be made has none: its agents are unknown). The other games go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterable, Mapping
+
+from pettingzoo import AECEnv, ParallelEnv
+
+from agentgym.episode import Episode, Turn
+from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
+from agentgym.registry import make_aec, make_parallel, manifest
+from agentgym.rollout import EnvPool, RequestBatcher, Task, Timeouts, progress_bar, request_seed
+
+__all__ = ["Batchers", "GameResult", "Seat", "WholeResponse", "acollect", "collect",
+           "default_prompter", "step_parallel"]
+
+MultiAgentEnv = AECEnv | ParallelEnv
+SYSTEM_PROMPT = ("You are a player in a multi-player text game. Answer each question in the "
+                 "format it asks for.")
+
+
+@dataclass(frozen=True)
+class WholeResponse:
+    """A prompter (duck-typed like :class:`~agentgym.policies.prompting.Prompter`) whose action
+    is the whole response: for envs that read structured parts out of free text themselves
+    (Werewolf's ``<vote>``, ``<speech>``, ...). Messages come from the wrapped ``prompter``."""
+
+    prompter: Any
+
+    def system(self, instruction: str) -> str:
+        return self.prompter.system(instruction)
+
+    def messages(self, system: str, past: Any, observation: str, admissible: Any = None
+                 ) -> list[dict[str, str]]:
+        return self.prompter.messages(system, past, observation, admissible)
+
+    def parse(self, response: str, admissible: Any = None) -> str:
+        return response
+
+
+def default_prompter(family: str = "misc", **options: Any) -> WholeResponse:
+    """The prompter of multi-agent seats: a :class:`~agentgym.policies.prompting.Prompter` of
+    ``family`` with a game-player system prompt (``options`` override its fields), whose actions
+    are whole responses."""
+    from agentgym.policies.prompting import Prompter  # default only; no core dependency
+
+    return WholeResponse(Prompter(family=family, **{"system_prompt": SYSTEM_PROMPT, **options}))
+
+
+class Seat:
+    """One agent of one game: how it asks its policy, its prompt history, and its episode.
+
+    ``submit`` sends one request to the seat's policy (a :meth:`RequestBatcher.submit`).
+    Sampling seeds are :func:`~agentgym.rollout.request_seed` of (the task's seed, ``member``,
+    the seat's turn), so ``member`` must differ between the seats of one game and between games
+    of one group.
+    """
+
+    def __init__(self, episode: Episode,
+                 submit: Callable[[GenerationRequest], Awaitable[Generation]],
+                 prompter: Any, sampling: SamplingParams, member: int,
+                 signals: Mapping[str, float] | None = None):
+        self.episode = episode
+        self.submit = submit
+        self.prompter = prompter
+        self.sampling = sampling
+        self.member = member
+        self.signals = dict(signals or {})
+        self.system = ""
+        self.past: list[tuple[str, str]] = []
+        self.received = 0.0
+        """Env rewards (and signals) so far."""
+        self._asked: tuple[str, dict[str, Any], Generation, str | None, float] | None = None
+
+    def start(self, info: dict[str, Any]) -> None:
+        """Begin the episode from the agent's first info."""
+        self.episode.task_id = str(info.get("task_id", self.episode.task_id))
+        self.episode.instruction = info.get("instruction", "")
+        self.system = self.prompter.system(self.episode.instruction)
+
+    async def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The seat's action for ``observation`` (``""`` when the response has none)."""
+        admissible = info.get("admissible_actions")
+        request = GenerationRequest(
+            messages=self.prompter.messages(self.system, self.past, observation, admissible),
+            sampling=self.sampling,
+            seed=request_seed(self.episode.seed, self.member, len(self.episode.turns)),
+            observation=observation, info=info)
+        start = time.perf_counter()
+        generation = await self.submit(request)
+        action = self.prompter.parse(generation.text, admissible)
+        self._asked = (observation, info, generation, action, time.perf_counter() - start)
+        return action or ""
+
+    def record(self, reward: float, info: dict[str, Any], step_seconds: float) -> None:
+        """Record the turn of the last :meth:`act` with the env's answer to it."""
+        assert self._asked is not None, "record() follows act()"
+        observation, asked_info, generation, action, generate_seconds = self._asked
+        self._asked = None
+        self.episode.turns.append(Turn(
+            observation=observation, action=action or "",
+            action_valid=action is not None and bool(info.get("action_valid", True)),
+            reward=0.0, state_key=asked_info.get("state_key"), response_text=generation.text,
+            prompt_ids=generation.prompt_ids, response_ids=generation.response_ids,
+            response_logprobs=generation.logprobs, finish_reason=generation.finish_reason,
+            policy_version=generation.policy_version, info=info,
+            timings={"generate": generate_seconds, "step": step_seconds},
+        ))
+        self.past.append((observation, generation.text))
+        shaping = info.get("signals") or {}
+        self.credit(reward + sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items()))
+
+    def credit(self, reward: float) -> None:
+        """Add ``reward`` to the seat's last turn (to its outcome only, before any turn)."""
+        reward = float(reward)
+        self.received += reward
+        if self.episode.turns:
+            self.episode.turns[-1].reward += reward
+
+    def finish(self, info: dict[str, Any], terminated: bool, truncated: bool) -> None:
+        self.episode.terminated, self.episode.truncated = bool(terminated), bool(truncated)
+        self.episode.success = bool(info.get("success", False))
+        self.episode.outcome = self.received
+
+
+@dataclass
+class GameResult:
+    """One finished game: every agent's episode and last info, and the env's record."""
+
+    task: Task
+    member: int
+    """Index of the game within its group."""
+    episodes: dict[str, Episode]
+    """By agent, in the env's ``possible_agents`` order."""
+    infos: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each agent's last info."""
+    record: Any = None
+    """``env.game_record()`` at the end, for envs that have one."""
+    rendering: Any = None
+    """``env.render()`` at the end, for envs made with a ``render_mode``."""
+    error: str | None = None
+
+
+class Batchers:
+    """One :class:`~agentgym.rollout.RequestBatcher` per policy object (by identity), made on
+    first use with the policy's ``max_batch_size`` and ``max_concurrent_batches``, so that all
+    the seats a policy plays share its batches. ``timeout`` bounds each generate call."""
+
+    def __init__(self, timeout: float | None = None):
+        self.timeout = timeout
+        self._known: list[tuple[Policy, RequestBatcher]] = []
+
+    def submit(self, policy: Policy) -> Callable[[GenerationRequest], Awaitable[Generation]]:
+        """The ``submit`` of ``policy``'s batcher."""
+        for known, batcher in self._known:
+            if known is policy:
+                return batcher.submit
+        batcher = RequestBatcher(policy, getattr(policy, "max_batch_size", None),
+                                 getattr(policy, "max_concurrent_batches", None), self.timeout)
+        self._known.append((policy, batcher))
+        return batcher.submit
+
+    async def aclose(self) -> None:
+        for _, batcher in self._known:
+            await batcher.aclose()
+
+
+@dataclass
+class _Run:
+    """What every game of one :func:`acollect` call shares."""
+
+    env_id: str
+    pool: EnvPool
+    policies: Callable[[str], Policy]
+    batchers: Batchers
+    prompters: Callable[[str], Any]
+    sampling: SamplingParams
+    signals: Mapping[str, float]
+    max_steps: int
+
+
+async def step_parallel(env: ParallelEnv, seats: Mapping[str, Seat], observations: dict[str, Any],
+                        infos: dict[str, dict[str, Any]], given: Mapping[str, str] | None = None
+                        ) -> tuple[dict[str, Any], ...]:
+    """One step of a parallel game: every seat whose agent must act (``action_required``) asks
+    its policy, concurrently; ``given`` adds actions decided elsewhere (agents without a seat).
+    Each seat's turn is recorded and its rewards credited; a finished seat's episode is closed.
+    Returns what ``env.step`` returned, with ``infos`` merged into the previous ones."""
+    given = dict(given or {})
+    acting = [a for a in env.agents if a in seats and a not in given
+              and infos[a].get("action_required", True)]
+    actions = await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in acting))
+    start = time.perf_counter()
+    observations, rewards, terminations, truncations, step_infos = await _call(
+        env, "step", {**dict(zip(acting, actions, strict=True)), **given})
+    seconds = time.perf_counter() - start
+    infos = {**infos, **step_infos}
+    for agent, reward in rewards.items():
+        seat = seats.get(agent)
+        if seat is None:
+            continue
+        if agent in acting:
+            seat.record(reward, infos[agent], seconds)
+        else:
+            seat.credit(reward)
+        if terminations[agent] or truncations[agent]:
+            seat.finish(infos[agent], terminations[agent], truncations[agent])
+    return observations, rewards, terminations, truncations, infos
+
+
+async def _play_parallel(env: ParallelEnv, seats: dict[str, Seat], task: Task, max_steps: int
+                         ) -> dict[str, dict[str, Any]]:
+    observations, infos = await _call(env, "reset", seed=task.seed, options=_options(task))
+    for agent in env.agents:
+        seats[agent].start(infos[agent])
+    for _ in range(max_steps):
+        if not env.agents:
+            break
+        observations, *_, infos = await step_parallel(env, seats, observations, infos)
+    return infos
+
+
+async def _play_aec(env: AECEnv, seats: dict[str, Seat], task: Task, max_steps: int
+                    ) -> dict[str, dict[str, Any]]:
+    env.reset(seed=task.seed, options=_options(task))
+    infos = dict(env.infos)
+    for agent in env.agents:
+        seats[agent].start(infos[agent])
+    for agent in env.agent_iter(max_steps):
+        observation, reward, terminated, truncated, info = env.last()
+        seats[agent].credit(reward)
+        infos[agent] = info
+        if terminated or truncated:
+            env.step(None)
+            seats[agent].finish(info, terminated, truncated)
+            continue
+        action = await seats[agent].act(observation, info)
+        start = time.perf_counter()
+        env.step(action)
+        infos[agent] = env.infos.get(agent, info)
+        seats[agent].record(0.0, infos[agent], time.perf_counter() - start)
+    return infos
+
+
+async def _call(env: ParallelEnv, method: str, *args: Any, **kwargs: Any) -> Any:
+    """``env.<method>``, through its async twin ``a<method>`` where it has one (a remote env)."""
+    twin = getattr(env, f"a{method}", None)
+    if twin is not None:
+        return await twin(*args, **kwargs)
+    return getattr(env, method)(*args, **kwargs)
+
+
+def _options(task: Task) -> dict[str, Any] | None:
+    return {"task_id": task.task_id} if task.task_id is not None else None
+
+
+async def _play(run: _Run, task: Task, member: int) -> GameResult:
+    group = f"{run.env_id}|{task.task_id if task.task_id is not None else '-'}|{task.seed}"
+    env, healthy = None, True
+    result = GameResult(task, member, {})
+    seats: dict[str, Seat] = {}
+    try:
+        env = await run.pool.acquire()
+        for index, agent in enumerate(env.possible_agents):
+            policy = run.policies(agent)
+            episode = Episode(episode_id=f"{group}|{agent}#{member}", env_id=run.env_id,
+                              task_id=task.task_id or "", group_id=f"{group}|{agent}",
+                              seed=task.seed, agent=agent)
+            seats[agent] = Seat(episode, run.batchers.submit(policy), run.prompters(agent),
+                                run.sampling, member * len(env.possible_agents) + index,
+                                run.signals)
+        result.episodes = {agent: seat.episode for agent, seat in seats.items()}
+        play = _play_parallel if isinstance(env, ParallelEnv) else _play_aec
+        result.infos = await play(env, seats, task, run.max_steps)
+        for agent in env.agents:  # still playing after max_steps
+            seats[agent].finish(result.infos.get(agent, {}), False, True)
+        if callable(getattr(env, "game_record", None)):
+            result.record = env.game_record()
+        if getattr(env, "render_mode", None) is not None:
+            result.rendering = env.render()
+    except Exception as exc:  # the game ends with its cause; the other games go on
+        result.error = f"{type(exc).__name__}: {exc}"
+        healthy = False
+    finally:
+        if env is not None:
+            await run.pool.release(env, healthy)
+    if result.error:
+        for episode in result.episodes.values():
+            episode.error = result.error
+            episode.truncated, episode.terminated, episode.success = True, False, False
+    return result
+
+
+def _per_agent(value: Any, name: str) -> Callable[[str], Any]:
+    """``value`` as a function of the agent: a mapping is looked up (a missing agent raises
+    ``ValueError``), anything else serves every agent."""
+    if isinstance(value, Mapping):
+        def lookup(agent: str) -> Any:
+            if agent not in value:
+                raise ValueError(f"{name} has no entry for agent {agent!r} (it names "
+                                 f"{sorted(value)})")
+            return value[agent]
+        return lookup
+    return lambda agent: value
+
+
+async def acollect(
+    env: str | Callable[[], MultiAgentEnv],
+    policies: Policy | Mapping[str, Policy],
+    tasks: Iterable[Task],
+    *,
+    group_size: int = 1,
+    max_steps: int = 10_000,
+    concurrency: int = 16,
+    prompter: Any = None,
+    sampling: SamplingParams | None = None,
+    signals: Mapping[str, float] | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    timeouts: Timeouts | None = None,
+    progress: bool = True,
+    on_game: Callable[[GameResult], None] | None = None,
+) -> list[Episode]:
+    """Play ``group_size`` games of every task; return every agent's episode, in (task, member,
+    agent) order.
+
+    Args:
+        env: a multi-agent id (made with ``env_kwargs``: its ``ParallelEnv`` where registered,
+            else its ``AECEnv``) or a factory returning a fresh PettingZoo env.
+        policies: one policy for every seat, or ``{agent: policy}`` naming every agent. The same
+            policy object may play several seats (its requests are batched together).
+        tasks: start states; ``reset(seed=task.seed, options={"task_id": task.task_id})``.
+        max_steps: env steps (parallel) or agent turns (AEC) after which a game is truncated.
+        concurrency: games in flight at once.
+        prompter: message builder and action parser (see :class:`WholeResponse`), one for every
+            seat or ``{agent: prompter}``; default :func:`default_prompter` of the env's family.
+        signals: ``{name: weight}``: each turn's reward gains ``weight * info["signals"][name]``
+            (per-turn shaping, e.g. ``{"correct_vote": 0.1}``).
+        timeouts: only ``generate`` applies; env calls run in this process (a remote env has
+            its own timeouts).
+        on_game: called with each finished :class:`GameResult` (in completion order), e.g. to
+            save its episodes and record as soon as it ends.
+    """
+    if group_size < 1 or max_steps < 1 or concurrency < 1:
+        raise ValueError(f"group_size, max_steps and concurrency must be >= 1, got "
+                         f"{group_size}, {max_steps}, {concurrency}")
+    tasks = list(tasks)
+    if isinstance(env, str):
+        env_id, family = env, manifest(env).family
+        kinds, kwargs = manifest(env).kinds, dict(env_kwargs or {})
+        maker = make_parallel if "parallel" in kinds else make_aec
+
+        async def factory() -> MultiAgentEnv:
+            return maker(env_id, **kwargs)
+    else:
+        env_id, family = getattr(env, "env_id", getattr(env, "__name__", "env")), "misc"
+
+        async def factory() -> MultiAgentEnv:
+            return env()
+    run = _Run(
+        env_id=env_id, pool=EnvPool(factory), policies=_per_agent(policies, "policies"),
+        batchers=Batchers((timeouts or Timeouts()).generate),
+        prompters=_per_agent(prompter or default_prompter(family), "prompter"),
+        sampling=sampling or SamplingParams(), signals=dict(signals or {}), max_steps=max_steps,
+    )
+    slots = asyncio.Semaphore(concurrency)
+    stats = {"done": 0, "errors": 0, "turns": 0}
+    started = time.perf_counter()
+    bar, bar_id = progress_bar(env_id, len(tasks) * group_size, progress)
+
+    async def one(task: Task, member: int) -> GameResult:
+        async with slots:
+            game = await _play(run, task, member)
+        stats["done"] += 1
+        stats["errors"] += game.error is not None
+        stats["turns"] += sum(e.num_turns for e in game.episodes.values())
+        rate = stats["turns"] / max(time.perf_counter() - started, 1e-9)
+        bar.update(bar_id, advance=1, status=f"{rate:,.0f} turns/s" + (
+            f"  [red]{stats['errors']} errors[/red]" if stats["errors"] else ""))
+        if on_game is not None:
+            on_game(game)
+        return game
+
+    with bar:
+        try:
+            await _check_seats(run)
+            async with asyncio.TaskGroup() as group:
+                running = [group.create_task(one(t, m)) for t in tasks for m in range(group_size)]
+            return [e for r in running for e in r.result().episodes.values()]
+        finally:
+            await run.batchers.aclose()
+            await run.pool.close()
+
+
+async def _check_seats(run: _Run) -> None:
+    """Raise ``ValueError`` now, not in every game, when a mapping misses one of the env's
+    agents."""
+    env = await run.pool.acquire()
+    try:
+        for agent in env.possible_agents:
+            run.policies(agent)
+            run.prompters(agent)
+    finally:
+        await run.pool.release(env, True)
+
+
+def collect(*args: Any, **kwargs: Any) -> list[Episode]:
+    """Blocking :func:`acollect` (starts an event loop; inside one, await ``acollect``)."""
+    return asyncio.run(acollect(*args, **kwargs))

@@ -1,0 +1,58 @@
+"""Werewolf: a social deduction game in which every seat can be an LLM.
+
+One engine with the rules as configuration (:mod:`.rules`: presets ``arena`` and ``lspo``),
+exposed three ways:
+
+- :func:`env` (a PettingZoo ``AECEnv``) and :func:`parallel_env` (a ``ParallelEnv``), PettingZoo
+  style: ``from agentgym.envs import werewolf; env = werewolf.parallel_env(preset="lspo")``;
+- ``agentgym/Werewolf-v0``, one seat as a Gymnasium env against other policies
+  (:class:`~.single.WerewolfEnv`; bots by default);
+- the same id as a multi-agent env: ``agentgym.registry.make_parallel("agentgym/Werewolf-v0")``,
+  which :mod:`agentgym.multiagent` and ``agentgym eval`` use.
+
+Rule-based players live in :mod:`.bots`; game records (JSON, HTML) in :mod:`.record`. Importing
+this package imports nothing else: the modules load when an env is made.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agentgym.registry import EnvManifest, register as _register, register_multiagent
+
+if TYPE_CHECKING:
+    from agentgym.envs.werewolf.aec import WerewolfAECEnv
+    from agentgym.envs.werewolf.parallel import WerewolfParallelEnv
+
+__all__ = ["env", "parallel_env", "register"]
+
+ENV_ID = "agentgym/Werewolf-v0"
+
+
+def env(**config: Any) -> WerewolfAECEnv:
+    """A Werewolf ``AECEnv``: ``preset`` (``"arena"``, ``"lspo"``), ``render_mode`` and rule
+    options (see :class:`~agentgym.envs.werewolf.base.WerewolfBase`)."""
+    from agentgym.envs.werewolf.aec import WerewolfAECEnv
+
+    return WerewolfAECEnv(**config)
+
+
+def parallel_env(**config: Any) -> WerewolfParallelEnv:
+    """A Werewolf ``ParallelEnv``; arguments as :func:`env`'s."""
+    from agentgym.envs.werewolf.parallel import WerewolfParallelEnv
+
+    return WerewolfParallelEnv(**config)
+
+
+def register() -> None:
+    """Entry point of the ``agentgym.envs`` group: registers ``agentgym/Werewolf-v0`` as a
+    Gymnasium id (one seat) and as a multi-agent id (AEC and parallel)."""
+    manifest = EnvManifest(
+        description="Werewolf (arena or lspo rules): one seat against bots, or every seat "
+                    "through PettingZoo",
+        family="werewolf",
+    )
+    _register(ENV_ID, "agentgym.envs.werewolf.single:WerewolfEnv", manifest=manifest)
+    register_multiagent(ENV_ID, aec_entry_point="agentgym.envs.werewolf:env",
+                        parallel_entry_point="agentgym.envs.werewolf:parallel_env",
+                        manifest=manifest)

@@ -1,0 +1,97 @@
+"""Multi-agent rollouts on a generic PettingZoo text env: seats, rewards, groups, batching across
+seats and games, reproducibility and failure isolation."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from fixtures.parallel_env import CounterParallelEnv
+
+from agentgym.multiagent import WholeResponse, collect, default_prompter
+from agentgym.policy import Generation, GenerationRequest
+from agentgym.rollout import Task
+
+
+class Answering:
+    """Answers ``"a"`` repeated by a function of the request's seed; records batch sizes; fails
+    on requests without a seed."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        self.batches.append(len(requests))
+        await asyncio.sleep(0)
+        if any(r.seed is None for r in requests):
+            raise RuntimeError("no seed")
+        return [Generation(text="a" * (1 + r.seed % 3), finish_reason="stop") for r in requests]
+
+
+def counter() -> CounterParallelEnv:
+    return CounterParallelEnv(max_cycles=4)
+
+
+def test_every_agent_gets_an_episode_with_the_env_rewards():
+    episodes = collect(counter, Answering(), [Task(None, 0), Task(None, 1)], group_size=2,
+                       progress=False)
+    assert [e.agent for e in episodes] == ["alice", "bob"] * 4
+    for index, episode in enumerate(episodes):
+        assert episode.group_id.endswith(f"|{episode.seed}|{episode.agent}")
+        assert episode.episode_id == f"{episode.group_id}#{index // 2 % 2}"
+    for alice, bob in zip(episodes[::2], episodes[1::2], strict=True):
+        assert (alice.num_turns, alice.truncated, alice.terminated) == (4, True, False)
+        assert (bob.num_turns, bob.terminated) == (3, True)
+        # Replaying the actions reproduces every turn's reward.
+        env = counter()
+        env.reset(seed=alice.seed)
+        for t, turn in enumerate(alice.turns):
+            actions = {"alice": turn.action}
+            if t < bob.num_turns:
+                actions["bob"] = bob.turns[t].action
+            rewards = env.step(actions)[1]
+            assert rewards["alice"] == turn.reward
+            if t < bob.num_turns:
+                assert rewards["bob"] == bob.turns[t].reward
+        assert alice.outcome == pytest.approx(sum(t.reward for t in alice.turns))
+        assert all(t.response_text == t.action for t in alice.turns)  # whole responses
+
+
+def test_seats_and_games_share_batches_and_runs_reproduce():
+    policy = Answering()
+    tasks = [Task(None, s) for s in range(4)]
+    first = collect(counter, policy, tasks, concurrency=4, progress=False)
+    assert max(policy.batches) == 8  # 2 seats x 4 games in one batch
+    again = collect(counter, Answering(), tasks, concurrency=1, progress=False)
+    assert [[(t.action, t.reward) for t in e.turns] for e in first] == \
+        [[(t.action, t.reward) for t in e.turns] for e in again]
+
+
+def test_failed_game_is_isolated():
+    games = []
+    episodes = collect(counter, Answering(), [Task(None, None), Task(None, 3)], progress=False,
+                       on_game=games.append)
+    failed, fine = episodes[:2], episodes[2:]
+    assert all(e.error == "RuntimeError: no seed" and e.truncated for e in failed)
+    assert all(e.error is None and e.num_turns >= 3 for e in fine)
+    assert sorted(g.error is None for g in games) == [False, True]
+
+
+def test_per_seat_policies_must_name_every_agent():
+    with pytest.raises(ValueError, match="policies has no entry for agent 'bob'"):
+        collect(counter, {"alice": Answering()}, [Task(None, 0)], progress=False)
+    mixed = {"alice": Answering(), "bob": Answering()}
+    episodes = collect(counter, mixed, [Task(None, 0)], progress=False)
+    assert mixed["alice"].batches == [1] * 4 and mixed["bob"].batches == [1] * 3
+    assert len(episodes) == 2
+
+
+def test_default_prompter_passes_whole_responses():
+    prompter = default_prompter("werewolf", history=0)
+    assert isinstance(prompter, WholeResponse)
+    assert prompter.parse("I think <vote>Player3</vote>") == "I think <vote>Player3</vote>"
+    system = prompter.system("You are Player1.")
+    assert system.startswith("You are a player in a multi-player text game")
+    assert system.endswith("Your task: You are Player1.")
+    messages = prompter.messages(system, [("old", "answer")], "now")
+    assert [m["role"] for m in messages] == ["system", "user"]  # history=0
