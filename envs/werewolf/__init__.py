@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from agentgym._version import __version__
 from agentgym.registry import EnvManifest, register as _register, register_multiagent
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ def register() -> None:
         description="Werewolf (arena or lspo rules): one seat against bots, or every seat "
                     "through PettingZoo",
         family="werewolf",
+        # Pure Python like the text games: the image built from the agentgym wheel serves both.
+        image=f"agentgym/textgames:{__version__}",
     )
     _register(ENV_ID, "agentgym.envs.werewolf.single:WerewolfEnv", manifest=manifest)
     register_multiagent(ENV_ID, aec_entry_point="agentgym.envs.werewolf:env",
