@@ -105,7 +105,8 @@ def _python_paths() -> list[str]:
     return sorted(paths | {os.path.realpath(p) for p in paths})
 
 
-def _bwrap_binds(extra_ro: Sequence[str]) -> list[str]:
+def _system_binds() -> list[str]:
+    """The host's system directories, read-only (secrets under /etc masked)."""
     args = ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = f"/{name}"
@@ -116,6 +117,14 @@ def _bwrap_binds(extra_ro: Sequence[str]) -> list[str]:
     args += ["--ro-bind", "/etc", "/etc"]
     for path, is_dir in _etc_masks():
         args += ["--tmpfs", path, "--remount-ro", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    return args
+
+
+def _python_binds(extra_ro: Sequence[str]) -> list[str]:
+    """Python, the venv, the agentgym sources and ``extra_ro``, read-only at the same paths.
+    They must come after the writable mounts: a project under /tmp shows through the
+    sandbox's own /tmp only if it is bound on top of it."""
+    args: list[str] = []
     kept: list[str] = []
     for path in sorted({*_python_paths(), *extra_ro}):
         if path.startswith("/usr/") or any(path.startswith(k.rstrip("/") + "/") for k in kept):
@@ -240,10 +249,10 @@ class LocalSandbox(Sandbox):
                 "--hostname", "sandbox"]
         if self.limits.network:
             args.append("--share-net")
-        args += _bwrap_binds(self._ro_binds)
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += _system_binds() + ["--proc", "/proc", "--dev", "/dev"]
         for inside, host in self._mounts.items():
             args += ["--bind", str(host), inside]
+        args += _python_binds(self._ro_binds)
         return args + ["--chdir", self.WORKDIR, "--"]
 
     def alive(self) -> bool:
