@@ -14,8 +14,11 @@ from agentgym.registry import (
     list_envs,
     load_plugins,
     make,
+    make_aec,
+    make_parallel,
     manifest,
     register,
+    register_multiagent,
 )
 
 __all__ = [
@@ -30,10 +33,13 @@ __all__ = [
     "list_envs",
     "load_plugins",
     "make",
+    "make_aec",
+    "make_parallel",
     "manifest",
     "match_action",
     "normalize_action",
     "register",
+    "register_multiagent",
 ]
 
 load_plugins()
