@@ -73,6 +73,8 @@ class EnvInfo(TypedDict, total=False):
     """Stable id of the task. ``reset(options={"task_id": t})`` selects it; set on every call."""
     instruction: str
     """The task as the agent should read it; set on every call."""
+    task_type: str
+    """Optional kind of task (e.g. Household's ``pick_two``); reports break results down by it."""
     state_key: str
     """Canonical key of the env state *after* this call, used to form GiGPO anchor groups.
     Equal keys mean equal states, not merely equal text: hidden state (inventory, closed

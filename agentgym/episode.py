@@ -59,6 +59,8 @@ class Episode:
     seed: int | None
     agent: str = "agent"
     instruction: str = ""
+    task_type: str = ""
+    """The env's ``info["task_type"]`` at reset (a kind of task, for per-type statistics)."""
     turns: list[Turn] = field(default_factory=list)
     terminated: bool = False
     truncated: bool = False
@@ -69,6 +71,15 @@ class Episode:
     error: str | None = None
     """Infrastructure failure (env crash, policy error, timeout); such an episode is truncated
     and must not be counted as an agent failure."""
+    failed_attempts: list[str] = field(default_factory=list)
+    """Errors of earlier attempts at this episode, which were discarded and run again (see
+    ``acollect(retries=...)``); empty when the first attempt counted."""
+    wall_time: float = 0.0
+    """Seconds from the start of the (last) attempt to its end, waiting for the env and the
+    policy included."""
+    tags: dict[str, str] = field(default_factory=dict)
+    """Labels of the run that produced the episode (the eval harness sets ``entry``, the suite
+    entry it belongs to)."""
 
     @property
     def num_turns(self) -> int:

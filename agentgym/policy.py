@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Generation", "GenerationRequest", "Policy", "SamplingParams"]
+__all__ = ["Generation", "GenerationRequest", "Policy", "PolicyUnavailable", "SamplingParams"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,15 @@ class Policy(Protocol):
 
     ``generate`` returns exactly one :class:`Generation` per request, in order. It may raise; the
     rollout engine then truncates the affected episodes with the error and goes on.
+
+    Optional methods the harness uses when present: ``async check()``, called once before a run,
+    raises :class:`PolicyUnavailable` when the policy cannot serve (its server is down, the model
+    is not served there, the key is refused); ``async aclose()`` releases what the policy holds
+    (connections, a server it launched).
     """
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...
+
+
+class PolicyUnavailable(RuntimeError):
+    """The policy cannot serve at all (not one request): raised by a policy's ``check``."""

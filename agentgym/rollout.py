@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import gymnasium as gym
@@ -256,13 +256,16 @@ class _Run:
     sampling: SamplingParams
     max_turns: int
     timeouts: Timeouts
+    retries: int = 0
+    tags: dict[str, str] = field(default_factory=dict)
 
 
 async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Episode:
     episode = Episode(
         episode_id=f"{group_id}#{member}", env_id=run.env_id, task_id=task.task_id or "",
-        group_id=group_id, seed=task.seed,
+        group_id=group_id, seed=task.seed, tags=dict(run.tags),
     )
+    started = time.perf_counter()
     env, healthy, phase = None, True, "env creation"
     try:
         env = await run.pool.acquire()
@@ -274,6 +277,7 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
         obs, info = await _bounded(areset(seed=task.seed, options=options), reset_timeout)
         episode.task_id = str(info.get("task_id", episode.task_id))
         episode.instruction = info.get("instruction", "")
+        episode.task_type = str(info.get("task_type", ""))
         episode.ground_truth = info.get("ground_truth")
         system = run.prompter.system(episode.instruction)
         past: list[tuple[str, str]] = []
@@ -321,7 +325,20 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
     if episode.error:
         episode.truncated, episode.terminated, episode.success = True, False, False
     episode.outcome = sum(t.reward for t in episode.turns)
+    episode.wall_time = time.perf_counter() - started
     return episode
+
+
+async def _run_with_retries(run: _Run, task: Task, group_id: str, member: int) -> Episode:
+    """:func:`_run_episode`, run again while it ends with an error, ``run.retries`` times at
+    most; the last attempt is returned with the earlier attempts' errors."""
+    failed: list[str] = []
+    while True:
+        episode = await _run_episode(run, task, group_id, member)
+        if episode.error is None or len(failed) >= run.retries:
+            episode.failed_attempts = failed
+            return episode
+        failed.append(episode.error)
 
 
 def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress, TaskID]:
@@ -353,6 +370,8 @@ async def acollect(
     progress: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
     sandbox: str | EnvServerPool | None = None,
+    retries: int = 0,
+    tags: dict[str, str] | None = None,
 ) -> list[Episode]:
     """Run ``group_size`` episodes of every task and return them in (task, member) order.
 
@@ -371,10 +390,15 @@ async def acollect(
         sandbox: run the envs in sandboxed env servers (``env`` must be an id): ``"local"`` or
             ``"docker"`` for a pool of this call (one warm spare sandbox, closed at the end), or
             an :class:`~agentgym.sandbox.envs.EnvServerPool` to share (left open).
+        retries: times an episode that ended with an error (an infrastructure failure: a dead
+            sandbox, a failed policy call, a timeout) is run again from its start, on a fresh
+            env; the returned episode lists the discarded attempts' errors in
+            ``failed_attempts``, and still has an ``error`` if its last attempt failed too.
+        tags: labels put on every episode (``Episode.tags``).
     """
-    if group_size < 1 or max_turns < 1 or concurrency < 1:
-        raise ValueError(f"group_size, max_turns and concurrency must be >= 1, got "
-                         f"{group_size}, {max_turns}, {concurrency}")
+    if group_size < 1 or max_turns < 1 or concurrency < 1 or retries < 0:
+        raise ValueError(f"group_size, max_turns and concurrency must be >= 1 and retries >= 0, "
+                         f"got {group_size}, {max_turns}, {concurrency}, {retries}")
     if sandbox is not None and not isinstance(env, str):
         raise ValueError("sandbox= needs an env id, not a factory: the env is made inside the "
                          "sandbox")
@@ -401,12 +425,12 @@ async def acollect(
                                getattr(policy, "max_concurrent_batches", None),
                                (timeouts or Timeouts()).generate),
         prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
-        timeouts=timeouts or Timeouts(),
+        timeouts=timeouts or Timeouts(), retries=retries, tags=dict(tags or {}),
     )
 
     async def one(task: Task, member: int) -> Episode:
         async with slots:
-            episode = await _run_episode(run, task, _group_id(env_id, task), member)
+            episode = await _run_with_retries(run, task, _group_id(env_id, task), member)
         stats["turns"] += episode.num_turns
         stats["done"] += 1
         stats["success"] += episode.success

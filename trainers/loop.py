@@ -22,7 +22,7 @@ import numpy as np
 from rich.console import Console
 
 from agentgym.episode import Episode, TurnTable
-from agentgym.harness.eval import summarize
+from agentgym.harness.stats import summarize
 from agentgym.policy import SamplingParams
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit

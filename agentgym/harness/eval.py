@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -33,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agentgym.conf import CONFIG_ERRORS, compose
+from agentgym.harness.stats import summarize, wilson_interval
 from agentgym.episode import Episode, save_episodes
 from agentgym.multiagent import GameResult
 from agentgym.policy import SamplingParams
@@ -42,46 +42,9 @@ from agentgym.rollout import acollect, default_tasks
 if TYPE_CHECKING:
     from agentgym.sandbox.envs import EnvServerPool
 
-__all__ = ["compose_eval_config", "role_statistics", "run_eval", "run_eval_cli", "summarize",
-           "wilson_interval"]
+__all__ = ["compose_eval_config", "role_statistics", "run_eval", "run_eval_cli"]
 
 console = Console()
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate (``(0, 1)`` when ``n == 0``)."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    center = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
-    """Success rate (95% interval), mean return, turns, tokens and errors.
-
-    Episodes with an infrastructure error are counted apart, never as agent failures.
-    """
-    scored = [e for e in episodes if e.error is None]
-    n, wins = len(scored), sum(e.success for e in scored)
-    low, high = wilson_interval(wins, n)
-
-    def mean(values: list[float]) -> float | None:
-        return sum(values) / len(values) if values else None
-
-    return {
-        "episodes": len(episodes),
-        "scored": n,
-        "errors": len(episodes) - n,
-        "success_rate": wins / n if n else None,
-        "success_ci95": [low, high],
-        "mean_return": mean([e.outcome for e in scored]),
-        "mean_turns": mean([e.num_turns for e in scored]),
-        "invalid_action_rate": mean([1.0 - t.action_valid for e in scored for t in e.turns]),
-        "response_tokens": sum(len(t.response_ids) for e in episodes for t in e.turns),
-        "error_examples": sorted({e.error for e in episodes if e.error})[:5],
-    }
 
 
 def _rate(hits: int, trials: int) -> dict[str, Any]:
