@@ -54,7 +54,15 @@ from pettingzoo import AECEnv, ParallelEnv
 from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.registry import make_aec, make_parallel, manifest
-from agentgym.rollout import EnvPool, RequestBatcher, Task, Timeouts, progress_bar, request_seed
+from agentgym.rollout import (
+    EnvPool,
+    RequestBatcher,
+    Task,
+    Timeouts,
+    group_id,
+    progress_bar,
+    request_seed,
+)
 
 __all__ = ["Batchers", "GameResult", "Seat", "WholeResponse", "acollect", "collect",
            "default_prompter", "step_parallel"]
@@ -300,7 +308,7 @@ def _options(task: Task) -> dict[str, Any] | None:
 
 
 async def _play(run: _Run, task: Task, member: int) -> GameResult:
-    group = f"{run.env_id}|{task.task_id if task.task_id is not None else '-'}|{task.seed}"
+    group = group_id(run.env_id, task)
     env, healthy = None, True
     result = GameResult(task, member, {})
     seats: dict[str, Seat] = {}
@@ -364,6 +372,7 @@ async def acollect(
     timeouts: Timeouts | None = None,
     progress: bool = True,
     on_game: Callable[[GameResult], None] | None = None,
+    skip: Callable[[Task, int], bool] | None = None,
 ) -> list[Episode]:
     """Play ``group_size`` games of every task; return every agent's episode, in (task, member,
     agent) order.
@@ -384,6 +393,8 @@ async def acollect(
             its own timeouts).
         on_game: called with each finished :class:`GameResult` (in completion order), e.g. to
             save its episodes and record as soon as it ends.
+        skip: ``skip(task, member)`` true leaves that game out (e.g. one a resumed evaluation
+            already has).
     """
     if group_size < 1 or max_steps < 1 or concurrency < 1:
         raise ValueError(f"group_size, max_steps and concurrency must be >= 1, got "
@@ -410,7 +421,8 @@ async def acollect(
     slots = asyncio.Semaphore(concurrency)
     stats = {"done": 0, "errors": 0, "turns": 0}
     started = time.perf_counter()
-    bar, bar_id = progress_bar(env_id, len(tasks) * group_size, progress)
+    units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]
+    bar, bar_id = progress_bar(env_id, len(units), progress)
 
     async def one(task: Task, member: int) -> GameResult:
         async with slots:
@@ -429,7 +441,7 @@ async def acollect(
         try:
             await _check_seats(run)
             async with asyncio.TaskGroup() as group:
-                running = [group.create_task(one(t, m)) for t in tasks for m in range(group_size)]
+                running = [group.create_task(one(t, m)) for t, m in units]
             return [e for r in running for e in r.result().episodes.values()]
         finally:
             await run.batchers.aclose()

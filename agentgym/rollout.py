@@ -42,8 +42,8 @@ from agentgym.registry import make, manifest
 if TYPE_CHECKING:
     from agentgym.sandbox.envs import EnvServerPool
 
-__all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "progress_bar",
-           "request_seed"]
+__all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "group_id",
+           "progress_bar", "request_seed"]
 
 EnvFactory = Callable[[], gym.Env]
 AsyncEnvFactory = Callable[[], Awaitable[gym.Env]]
@@ -351,7 +351,10 @@ def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress,
     return bar, bar.add_task(description, total=total, status="")
 
 
-def _group_id(env_id: str, task: Task) -> str:
+def group_id(env_id: str, task: Task) -> str:
+    """``Episode.group_id`` of the episodes of ``task`` on ``env_id``: ``"{env}|{task}|{seed}"``
+    (``-`` for a task drawn from its seed). Member ``m``'s ``episode_id`` is
+    ``"{group_id}#{m}"``."""
     return f"{env_id}|{task.task_id if task.task_id is not None else '-'}|{task.seed}"
 
 
@@ -372,6 +375,7 @@ async def acollect(
     sandbox: str | EnvServerPool | None = None,
     retries: int = 0,
     tags: dict[str, str] | None = None,
+    skip: Callable[[Task, int], bool] | None = None,
 ) -> list[Episode]:
     """Run ``group_size`` episodes of every task and return them in (task, member) order.
 
@@ -395,6 +399,8 @@ async def acollect(
             env; the returned episode lists the discarded attempts' errors in
             ``failed_attempts``, and still has an ``error`` if its last attempt failed too.
         tags: labels put on every episode (``Episode.tags``).
+        skip: ``skip(task, member)`` true leaves that episode out (e.g. one a resumed
+            evaluation already has); the result holds only the episodes run.
     """
     if group_size < 1 or max_turns < 1 or concurrency < 1 or retries < 0:
         raise ValueError(f"group_size, max_turns and concurrency must be >= 1 and retries >= 0, "
@@ -412,10 +418,10 @@ async def acollect(
 
         prompter = Prompter(family=family or "misc")
     slots = asyncio.Semaphore(concurrency)
-    total = len(tasks) * group_size
+    units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]
     stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
     started = time.perf_counter()
-    bar, bar_id = progress_bar(env_id, total, progress)
+    bar, bar_id = progress_bar(env_id, len(units), progress)
     servers, own_servers = _server_pool(sandbox)
     run = _Run(
         env_id=env_id,
@@ -430,7 +436,7 @@ async def acollect(
 
     async def one(task: Task, member: int) -> Episode:
         async with slots:
-            episode = await _run_with_retries(run, task, _group_id(env_id, task), member)
+            episode = await _run_with_retries(run, task, group_id(env_id, task), member)
         stats["turns"] += episode.num_turns
         stats["done"] += 1
         stats["success"] += episode.success
@@ -446,7 +452,7 @@ async def acollect(
     with bar:
         try:
             async with asyncio.TaskGroup() as group:
-                running = [group.create_task(one(t, m)) for t in tasks for m in range(group_size)]
+                running = [group.create_task(one(t, m)) for t, m in units]
             return [r.result() for r in running]
         finally:
             await run.batcher.aclose()

@@ -69,11 +69,13 @@ def test_eval_writes_run_directory(tmp_path):
     episodes = load_episodes(out / "episodes.jsonl")
     assert len(episodes) == 12 and all(e.num_turns >= 1 for e in episodes)
     assert "env: agentgym/Household-v0" in (out / "config.yaml").read_text()
-    assert "success" in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("agentgym eval: ok suite=agentgym_Household-v0 "
+                                                   "episodes=12 success=")
 
 
 def test_eval_bad_config():
     proc = agentgym_cmd("eval", "no_such_key=1")
-    assert proc.returncode == 2 and "bad configuration" in proc.stdout
+    assert proc.returncode == 2 and "bad configuration" in proc.stderr
+    assert proc.stdout.startswith("agentgym eval: error bad configuration")
     proc = agentgym_cmd("eval", "policy=nonexistent")
-    assert proc.returncode == 2 and "bad configuration" in proc.stdout
+    assert proc.returncode == 2 and "bad configuration" in proc.stderr

@@ -647,14 +647,16 @@ def test_collect_through_the_aec_env():
 
 
 def test_eval_runs_games_and_reports_per_role(tmp_path):
-    from agentgym.harness.eval import compose_eval_config, run_eval
+    from agentgym.harness.eval import EvalSetupError, compose_eval_config, run_eval
 
     cfg = compose_eval_config([
         f"env={WEREWOLF}", "episodes=6", f"out_dir={tmp_path}", "progress=false",
         "seats=[player_1]", "opponent={_target_: agentgym.envs.werewolf.bots.BotPolicy}",
         "policy._target_=agentgym.envs.werewolf.bots.BotPolicy", "+env_kwargs.preset=lspo"])
     out, summary = asyncio.run(run_eval(cfg))
-    assert summary["games"] == 6 and summary["game_errors"] == 0 and summary["episodes"] == 6
+    summary = summary["entries"][WEREWOLF]
+    assert summary["games_played"] == 6 and summary["game_errors"] == 0
+    assert summary["episodes"] == 6 and summary["games"] is True
     assert sum(r["players"] for r in summary["roles"].values()) == 6
     assert sum(r["players"] for r in summary["opponent_roles"].values()) == 36
     wolves = summary["opponent_roles"]["werewolf"]
@@ -663,10 +665,11 @@ def test_eval_runs_games_and_reports_per_role(tmp_path):
     assert summary["opponent_roles"]["villager"]["vote_accuracy"]["trials"] > 0
     seer = summary["roles"].get("seer") or summary["opponent_roles"]["seer"]
     assert seer["wolves_identified"]["trials"] == 2 * seer["players"]
-    assert len(list(out.glob("games/*.json"))) == len(list(out.glob("games/*.html"))) == 6
+    assert len(list(out.glob("games/*/*.json"))) == len(list(out.glob("games/*/*.html"))) == 6
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 42
-    bad = compose_eval_config([f"env={WEREWOLF}", "seats=[player_1]", f"out_dir={tmp_path}"])
-    with pytest.raises(ValueError, match="set `opponent`"):
+    bad = compose_eval_config([f"env={WEREWOLF}", "seats=[player_1]",
+                               f"out_dir={tmp_path / 'bad'}"])
+    with pytest.raises(EvalSetupError, match="set `opponent`"):
         asyncio.run(run_eval(bad))
 
 

@@ -1,50 +1,75 @@
-"""``agentgym eval``: run a policy on an env and store episodes, a summary and a table.
+"""``agentgym eval``: the evaluation harness.
 
-The run directory holds ``config.yaml`` (the resolved config), ``episodes.jsonl`` (appended and
-fsynced as each episode ends) and ``summary.json``.
+A run evaluates one policy on a suite of environments (:mod:`agentgym.harness.suite`; one env
+without a suite) and writes its run directory (:mod:`agentgym.harness.store`): ``config.yaml``,
+``episodes.jsonl`` (appended and fsynced as each episode ends), ``summary.json`` and
+``report.html`` (:mod:`agentgym.harness.report`). Re-running the same command resumes the run:
+the default directory is named after the config's hash, finished episodes are kept, and episodes
+that ended with an infrastructure error run again.
 
-A multi-agent id (one registered with :func:`agentgym.registry.register_multiagent`, such as
-``agentgym/Werewolf-v0``) is evaluated as games (:mod:`agentgym.multiagent`): the policy plays
-``seats`` (all of them when empty) and ``opponent`` the others; each task is a game, and its
-episodes, one per seat, are appended to ``episodes.jsonl`` when it ends. The env's game records
-go to ``games/<seed>-<member>.json``, with ``.html`` transcripts for envs that render HTML. The
-summary adds per-role statistics of the policy's seats (and of the opponent's): win rates and
-the env's ``metrics`` rates, each with a 95% Wilson interval.
-
-With ``sandbox=local|docker`` the env runs in env servers inside sandboxes: one
+Execution: ``workers`` episodes (or games) in flight per entry, the entries one after another.
+With ``sandbox=local|docker`` every env runs in an env server inside a sandbox: one
 :class:`~agentgym.sandbox.envs.EnvServerPool` for the whole run (``sandbox_sessions`` envs per
-server, ``sandbox_warm`` spare servers, the first started while the policy loads), closed at
-the end.
+server, ``sandbox_warm`` spare servers, the first started while the policy loads), closed at the
+end. An episode whose sandbox dies, or whose env or policy call fails, is run again from its
+start on a fresh env, ``max_retries`` times at most; if every attempt fails it is stored with
+its error, counted as an infrastructure error and never as an agent failure.
+
+Multi-agent entries (``games``) play games (:mod:`agentgym.multiagent`) in this process: the
+policy plays ``seats`` (all of them when empty) and ``opponent`` the others; a game's episodes,
+one per seat, are stored together. The env's game records go to
+``games/<entry>/<seed>-<member>.json``, with ``.html`` transcripts for envs that render HTML. The
+entry's summary adds per-role statistics of the policy's seats (and of the opponent's): win rates
+and the env's ``metrics`` rates, each with a 95% Wilson interval.
+
+Exit status of :func:`run_eval_cli`: 0 when the run finished, 2 when it could not start (a bad
+config, an unknown env or suite, an output directory that cannot be written or that holds a run
+of another config, a policy that cannot serve, a sandbox backend that cannot start), 3 when more
+than ``max_infra_errors`` of the episodes ended with an infrastructure error, 130 when
+interrupted. The last line on stdout is a one-line summary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-import os
-import time
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentgym.conf import CONFIG_ERRORS, compose
-from agentgym.harness.stats import summarize, wilson_interval
-from agentgym.episode import Episode, save_episodes
+from agentgym.episode import Episode
+from agentgym.harness.stats import breakdown, summarize, wilson_interval
+from agentgym.harness.store import RunConfigMismatch, RunDirError, RunStore, config_diff
+from agentgym.harness.suite import Suite, SuiteEntry, SuiteError, suite_from_config
 from agentgym.multiagent import GameResult
-from agentgym.policy import SamplingParams
+from agentgym.policy import PolicyUnavailable, SamplingParams
 from agentgym.registry import make_aec, make_parallel, manifest
-from agentgym.rollout import acollect, default_tasks
+from agentgym.rollout import acollect, group_id
 
 if TYPE_CHECKING:
     from agentgym.sandbox.envs import EnvServerPool
 
-__all__ = ["compose_eval_config", "role_statistics", "run_eval", "run_eval_cli"]
+__all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "EvalSetupError", "compose_eval_config",
+           "default_out_dir", "role_statistics", "run_eval", "run_eval_cli"]
 
-console = Console()
+EXIT_CANNOT_START = 2
+EXIT_INFRA_ERRORS = 3
+
+console = Console(stderr=True)
+
+
+class EvalSetupError(RuntimeError):
+    """The run cannot start; the message says why (exit status 2)."""
 
 
 def _rate(hits: int, trials: int) -> dict[str, Any]:
@@ -90,108 +115,167 @@ def compose_eval_config(overrides: Sequence[str] = ()) -> DictConfig:
     return compose("eval", overrides)
 
 
-def _out_dir(cfg: DictConfig) -> Path:
-    if cfg.out_dir:
-        return Path(cfg.out_dir)
-    name = str(cfg.env).replace("/", "_")
-    return Path("runs") / "eval" / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+def _identity(config: dict[str, Any]) -> str:
+    """Hash of what determines a run's results (:func:`config_diff` ignores the rest)."""
+    relevant = config_diff({}, config)
+    return hashlib.sha256("\n".join(relevant).encode()).hexdigest()[:10]
 
 
-def _env_servers(cfg: DictConfig) -> EnvServerPool | None:
-    """The run's :class:`~agentgym.sandbox.envs.EnvServerPool` (already warming), or ``None``
-    without ``sandbox``."""
-    if cfg.sandbox is None:
+def _policy_label(policy: dict[str, Any]) -> str:
+    target = str(policy.get("_target_", "policy")).rsplit(".", 1)[-1]
+    model = policy.get("model")
+    label = f"{target}-{Path(str(model)).name}" if model else target
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label)
+
+
+def default_out_dir(suite: Suite, config: dict[str, Any]) -> Path:
+    """``runs/eval/<suite>-<policy>-<hash>``: the same command gets the same directory (and so
+    resumes), a config that changes results gets another."""
+    return Path("runs") / "eval" / f"{suite.name}-{_policy_label(config['policy'])}-" \
+                                   f"{_identity(config)}"
+
+
+def _backend(sandbox: Any) -> str | None:
+    if sandbox in (None, "none", "null"):
+        return None
+    if sandbox not in ("local", "docker"):
+        raise EvalSetupError(f"sandbox must be none, local or docker, got {sandbox!r}")
+    return sandbox
+
+
+@dataclass
+class _Run:
+    """What the entries of one run share."""
+
+    cfg: DictConfig
+    store: RunStore
+    servers: EnvServerPool | None
+    policy: Any = None
+    opponent: Any = None
+    episodes: list[Episode] = field(default_factory=list)
+    """This run's stored episodes, finished before (resumed) or now."""
+    games: dict[str, list[GameResult]] = field(default_factory=lambda: defaultdict(list))
+
+    def skip(self, entry: SuiteEntry):
+        """``skip(task, member)`` of an entry: true for units the store already has."""
+        return lambda task, member: (f"{entry.name}::{group_id(entry.env, task)}#{member}"
+                                     in self.store.done)
+
+    def keep(self, episodes: list[Episode]) -> None:
+        self.store.append(episodes)
+        self.episodes.extend(episodes)
+
+
+async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
+    """Run (or resume) the evaluation ``cfg`` describes; return the run directory and the
+    summary. Raises :class:`EvalSetupError` (or a :class:`~agentgym.harness.suite.SuiteError`,
+    :class:`~agentgym.harness.store.RunDirError`,
+    :class:`~agentgym.harness.store.RunConfigMismatch`,
+    :class:`~agentgym.policy.PolicyUnavailable`) when it cannot start."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(config, dict)
+    suite = suite_from_config(config)
+    backend = _backend(cfg.sandbox)
+    games = [e.name for e in suite.entries if e.games]
+    if backend is not None and games:
+        raise SuiteError(f"entries {games} play multi-agent games, which run in this process: "
+                         "use sandbox=none, or `games: false` to play one seat against bots")
+    out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(suite, config)
+    store = RunStore.open(out, config)
+    run = _Run(cfg, store, _env_servers(cfg, backend, suite),
+               episodes=[e for eps in store.done.values() for e in eps])
+    try:
+        run.policy = instantiate(cfg.policy)
+        run.opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
+        for policy in (run.policy, run.opponent):
+            check = getattr(policy, "check", None)
+            if check is not None:
+                await check()
+        for entry in suite.entries:
+            await (_run_games if entry.games else _run_episodes)(run, entry)
+    finally:
+        for policy in (run.policy, run.opponent):
+            close = getattr(policy, "aclose", None)
+            if close is not None:
+                await close()
+        if run.servers is not None:
+            await run.servers.aclose()
+    summary = _summary(suite, run)
+    store.write_summary(summary)
+    if cfg.report:
+        _write_report(out)
+    return out, summary
+
+
+def _env_servers(cfg: DictConfig, backend: str | None, suite: Suite) -> EnvServerPool | None:
+    """The run's env server pool (its first servers already starting), or ``None``."""
+    if backend is None:
         return None
     from agentgym.sandbox.envs import EnvServerPool  # only sandboxed runs load it
 
-    servers = EnvServerPool(cfg.sandbox, warm=cfg.sandbox_warm,
+    servers = EnvServerPool(backend, warm=cfg.sandbox_warm,
                             sessions_per_server=cfg.sandbox_sessions)
     try:
-        servers.prewarm(cfg.env)
+        for spec_env in {servers.spec(e.env): e.env for e in suite.entries}.values():
+            servers.prewarm(spec_env)
     except BaseException:
         servers.close()
         raise
     return servers
 
 
-async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
-    """Run the evaluation ``cfg`` describes; return the run directory and the summary."""
-    out = _out_dir(cfg)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True), encoding="utf-8")
-    if {"aec", "parallel"} & set(manifest(cfg.env).kinds):
-        summary = await _run_games(cfg, out)
-    else:
-        summary = await _run_episodes(cfg, out)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out / "summary.json")
-    return out, summary
+def _prompt(cfg: DictConfig, *, drop_unset_system: bool = False) -> dict[str, Any]:
+    prompt = OmegaConf.to_container(cfg.prompt)
+    assert isinstance(prompt, dict)
+    if drop_unset_system and prompt.get("system_prompt") is None:
+        prompt.pop("system_prompt", None)
+    return prompt
 
 
-async def _run_episodes(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Single-agent evaluation: ``cfg.episodes`` tasks times ``group_size`` episodes."""
+async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
+    """A single-agent entry: its missing episodes."""
     from agentgym.policies.prompting import Prompter
 
-    servers = _env_servers(cfg)
-    policy = None
-    episodes_path = out / "episodes.jsonl"
-    episodes_path.write_text("", encoding="utf-8")
-    try:
-        policy = instantiate(cfg.policy)
-        episodes = await acollect(
-            cfg.env, policy,
-            default_tasks(cfg.episodes, cfg.seed, list(cfg.task_ids)),
-            group_size=cfg.group_size, max_turns=cfg.max_turns, concurrency=cfg.concurrency,
-            prompter=Prompter(family=manifest(cfg.env).family,
-                              **OmegaConf.to_container(cfg.prompt)),
-            sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
-            env_kwargs=OmegaConf.to_container(cfg.env_kwargs),
-            progress=cfg.progress,
-            on_episode=lambda ep: save_episodes(episodes_path, [ep], append=True, fsync=True),
-            sandbox=servers,
-        )
-    finally:
-        close = getattr(policy, "aclose", None)
-        if close is not None:
-            await close()
-        if servers is not None:
-            await servers.aclose()
-    return {"env": cfg.env, "policy": cfg.policy.get("_target_"), **summarize(episodes)}
+    cfg = run.cfg
+    await acollect(
+        entry.env, run.policy, entry.tasks(), group_size=entry.group_size,
+        max_turns=entry.max_turns, concurrency=cfg.workers,
+        prompter=Prompter(family=manifest(entry.env).family, **_prompt(cfg)),
+        sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
+        env_kwargs=dict(entry.env_kwargs), progress=cfg.progress,
+        on_episode=lambda episode: run.keep([episode]), sandbox=run.servers,
+        retries=cfg.max_retries, tags={"entry": entry.name}, skip=run.skip(entry),
+    )
 
 
-async def _run_games(cfg: DictConfig, out: Path) -> dict[str, Any]:
-    """Multi-agent evaluation: ``cfg.episodes`` tasks times ``group_size`` games."""
+async def _run_games(run: _Run, entry: SuiteEntry) -> None:
+    """A multi-agent entry: its missing games."""
     from agentgym import multiagent
 
-    if cfg.sandbox is not None:
-        raise ValueError(f"{cfg.env} is a multi-agent env: its games run in this process "
-                         "(sandbox=null)")
-    env_kwargs = OmegaConf.to_container(cfg.env_kwargs)
-    probe = (make_parallel if "parallel" in manifest(cfg.env).kinds else make_aec)(
-        cfg.env, **env_kwargs)
+    cfg = run.cfg
+    env_kwargs = dict(entry.env_kwargs)
+    probe = (make_parallel if "parallel" in manifest(entry.env).kinds else make_aec)(
+        entry.env, **env_kwargs)
     agents, render_modes = list(probe.possible_agents), probe.metadata.get("render_modes", ())
     probe.close()
     seats = list(cfg.seats) or agents
     unknown = sorted(set(seats) - set(agents))
     if unknown:
-        raise ValueError(f"seats {unknown} are not agents of {cfg.env}: {agents}")
-    if len(seats) < len(agents) and cfg.opponent is None:
-        raise ValueError(f"the policy plays {seats} only: set `opponent` to the policy of the "
-                         "other seats")
+        raise EvalSetupError(f"seats {unknown} are not agents of {entry.env}: {agents}")
+    if len(seats) < len(agents) and run.opponent is None:
+        raise EvalSetupError(f"the policy plays {seats} only: set `opponent` to the policy of "
+                             "the other seats")
     if "html" in render_modes:
         env_kwargs.setdefault("render_mode", "html")
-    prompt = {k: v for k, v in OmegaConf.to_container(cfg.prompt).items()
-              if not (k == "system_prompt" and v is None)}
-    games_dir = out / "games"
-    games_dir.mkdir(exist_ok=True)
-    episodes_path = out / "episodes.jsonl"
-    episodes_path.write_text("", encoding="utf-8")
-    games: list[GameResult] = []
+    games_dir = run.store.path / "games" / re.sub(r"[^A-Za-z0-9_.-]+", "_", entry.name)
+    games_dir.mkdir(parents=True, exist_ok=True)
+    tags = {"entry": entry.name, "seats": str(len(agents))}
 
     def on_game(game: GameResult) -> None:
-        games.append(game)
-        save_episodes(episodes_path, game.episodes.values(), append=True, fsync=True)
+        for episode in game.episodes.values():
+            episode.tags = dict(tags)
+        run.keep(list(game.episodes.values()))
+        run.games[entry.name].append(game)
         name = games_dir / f"{game.task.seed}-{game.member}"
         if game.record is not None:
             name.with_suffix(".json").write_text(json.dumps(game.record, indent=1),
@@ -199,50 +283,99 @@ async def _run_games(cfg: DictConfig, out: Path) -> dict[str, Any]:
         if isinstance(game.rendering, str) and env_kwargs.get("render_mode") == "html":
             name.with_suffix(".html").write_text(game.rendering, encoding="utf-8")
 
-    policy = opponent = None
-    try:
-        policy = instantiate(cfg.policy)
-        opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
-        episodes = await multiagent.acollect(
-            cfg.env, {a: policy if a in seats else opponent for a in agents},
-            default_tasks(cfg.episodes, cfg.seed, list(cfg.task_ids)),
-            group_size=cfg.group_size, max_steps=cfg.max_steps, concurrency=cfg.concurrency,
-            prompter=multiagent.default_prompter(manifest(cfg.env).family, **prompt),
-            sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
-            signals=OmegaConf.to_container(cfg.signals), env_kwargs=env_kwargs,
-            progress=cfg.progress, on_game=on_game,
-        )
-    finally:
-        for closing in (policy, opponent):
-            close = getattr(closing, "aclose", None)
-            if close is not None:
-                await close()
-    others = [a for a in agents if a not in seats]
+    await multiagent.acollect(
+        entry.env, {a: run.policy if a in seats else run.opponent for a in agents},
+        entry.tasks(), group_size=entry.group_size, max_steps=cfg.max_steps,
+        concurrency=cfg.workers,
+        prompter=multiagent.default_prompter(manifest(entry.env).family,
+                                             **_prompt(cfg, drop_unset_system=True)),
+        sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
+        signals=OmegaConf.to_container(cfg.signals), env_kwargs=env_kwargs,
+        progress=cfg.progress, on_game=on_game, skip=run.skip(entry),
+    )
+
+
+def _entry_summary(run: _Run, entry: SuiteEntry) -> dict[str, Any]:
+    """Statistics of one entry: of the policy's seats for games, with per-role tables of the
+    games played in this invocation."""
+    episodes = [e for e in run.episodes if e.tags.get("entry") == entry.name]
+    head = {"env": entry.env, "split": entry.split, "games": entry.games,
+            "planned": entry.units}
+    if not entry.games:
+        return {**head, **summarize(episodes),
+                "task_types": breakdown([e for e in episodes if e.task_type],
+                                        lambda e: e.task_type)}
+    seats = list(run.cfg.seats) or sorted({e.agent for e in episodes})
+    played = run.games[entry.name]
+    others = sorted({e.agent for e in episodes} - set(seats))
+    return {**head, **summarize([e for e in episodes if e.agent in seats]),
+            "seats": seats, "games_played": len(played),
+            "game_errors": sum(g.error is not None for g in played),
+            "task_types": breakdown([e for e in episodes if e.agent in seats and e.task_type],
+                                    lambda e: e.task_type),
+            "roles": role_statistics(played, seats),
+            **({"opponent_roles": role_statistics(played, others)} if others else {})}
+
+
+def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
+    """``summary.json``: the run, its overall statistics (the policy's episodes of every
+    entry) and each entry's."""
+    entries = {e.name: _entry_summary(run, e) for e in suite.entries}
+    seats = set(run.cfg.seats)
+    mine = [e for e in run.episodes
+            if "seats" not in e.tags or not seats or e.agent in seats]
+    done = sum(len(v) for v in run.store.done.values())
+    resumed = run.store.resumed
     return {
-        "env": cfg.env, "policy": cfg.policy.get("_target_"), "seats": seats,
-        "opponent": cfg.opponent.get("_target_") if cfg.opponent is not None else None,
-        "games": len(games), "game_errors": sum(g.error is not None for g in games),
-        **summarize([e for e in episodes if e.agent in seats]),
-        "roles": role_statistics(games, seats),
-        **({"opponent_roles": role_statistics(games, others)} if others else {}),
+        "suite": suite.name,
+        "policy": run.cfg.policy.get("_target_"),
+        "model": run.cfg.policy.get("model"),
+        "out_dir": str(run.store.path),
+        "planned": suite.units,
+        "complete": len(run.store.done) == suite.units,
+        "resumed": None if resumed is None else vars(resumed),
+        "stored_episodes": done,
+        **summarize(mine),
+        "entries": entries,
     }
 
 
-def print_summary(out: Path, summary: dict[str, Any]) -> None:
-    table = Table(title=f"{summary['env']}  ({out})")
-    for column in ("episodes", "success", "95% CI", "return", "turns", "invalid", "errors"):
-        table.add_column(column, justify="right")
+def _write_report(out: Path) -> None:
+    """``report.html`` of the run; a failure is reported, not raised (the results are stored)."""
+    try:
+        from agentgym.harness.report import write_report
 
-    def fmt(x: float | None, spec: str) -> str:
-        return "-" if x is None else format(x, spec)
+        write_report(out)
+    except Exception as exc:  # the report is derived data: the run itself succeeded
+        console.print(f"[yellow]agentgym eval: no report: {escape(str(exc))}[/yellow]")
 
-    low, high = summary["success_ci95"]
-    table.add_row(
-        str(summary["episodes"]), fmt(summary["success_rate"], ".1%"), f"{low:.1%} - {high:.1%}",
-        fmt(summary["mean_return"], ".2f"), fmt(summary["mean_turns"], ".1f"),
-        fmt(summary["invalid_action_rate"], ".1%"), str(summary["errors"]),
-    )
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """A table of the entries and the total (on stderr)."""
+    table = Table(title=f"{summary['suite']}: {summary['policy']}  ({summary['out_dir']})")
+    for column in ("entry", "episodes", "success", "95% CI", "return", "turns", "invalid",
+                   "infra errors", "retried"):
+        table.add_column(column, justify="left" if column == "entry" else "right")
+    rows = [*summary["entries"].items()]
+    if len(rows) > 1:
+        rows.append(("total", summary))
+    for name, stats in rows:
+        low, high = stats["success_ci95"]
+        table.add_row(name, str(stats["episodes"]), _fmt(stats["success_rate"], ".1%"),
+                      f"{low:.1%} - {high:.1%}", _fmt(stats["mean_return"], ".2f"),
+                      _fmt(stats["mean_turns"], ".1f"), _fmt(stats["invalid_action_rate"], ".1%"),
+                      str(stats["errors"]), str(stats["retried"]))
     console.print(table)
+    for name, stats in summary["entries"].items():
+        if "roles" in stats:
+            print_roles(f"{name}: {summary['policy']} by role ({stats['games_played']} games)",
+                        stats["roles"])
+        if "opponent_roles" in stats:
+            print_roles(f"{name}: opponent by role", stats["opponent_roles"])
 
 
 def print_roles(title: str, roles: dict[str, Any]) -> None:
@@ -269,16 +402,44 @@ def print_roles(title: str, roles: dict[str, Any]) -> None:
     console.print(table)
 
 
+
+
+def summary_line(summary: dict[str, Any], status: str) -> str:
+    """The one-line summary ``agentgym eval`` prints last on stdout."""
+    low, high = summary["success_ci95"]
+    return (f"agentgym eval: {status} suite={summary['suite']} episodes={summary['episodes']} "
+            f"success={_fmt(summary['success_rate'], '.1%')} ci95=[{low:.1%}, {high:.1%}] "
+            f"infra_errors={summary['errors']} retried={summary['retried']} "
+            f"complete={str(summary['complete']).lower()} run={summary['out_dir']}")
+
+
+SETUP_ERRORS = (EvalSetupError, SuiteError, RunDirError, RunConfigMismatch, PolicyUnavailable)
+"""What :func:`run_eval` raises when a run cannot start."""
+
+
+def _cannot_start(message: str) -> int:
+    console.print(f"[red]agentgym eval: cannot start:[/red] {escape(message)}", highlight=False)
+    print(f"agentgym eval: error {message.splitlines()[0] if message else ''}")
+    return EXIT_CANNOT_START
+
+
 def run_eval_cli(overrides: Sequence[str]) -> int:
+    """``agentgym eval OVERRIDES...``; returns the exit status (see the module documentation)."""
     try:
         cfg = compose_eval_config(overrides)
     except CONFIG_ERRORS as exc:
-        console.print(f"[red]agentgym eval: bad configuration:[/red] {exc}", highlight=False)
-        return 2
-    out, summary = asyncio.run(run_eval(cfg))
-    print_summary(out, summary)
-    if "roles" in summary:
-        print_roles(f"{summary['policy']} by role ({summary['games']} games)", summary["roles"])
-    if "opponent_roles" in summary:
-        print_roles(f"opponent {summary['opponent']} by role", summary["opponent_roles"])
-    return 0
+        return _cannot_start(f"bad configuration: {exc}")
+    from agentgym.sandbox import SandboxError  # the sandbox package loads no backend
+
+    try:
+        _, summary = asyncio.run(run_eval(cfg))
+    except (*SETUP_ERRORS, SandboxError) as exc:
+        return _cannot_start(str(exc))
+    except KeyboardInterrupt:
+        console.print("[yellow]agentgym eval: interrupted; re-run the command to resume[/yellow]")
+        return 130
+    print_summary(summary)
+    rate = summary["errors"] / summary["episodes"] if summary["episodes"] else 0.0
+    failed = rate > cfg.max_infra_errors
+    print(summary_line(summary, "infra-errors" if failed else "ok"))
+    return EXIT_INFRA_ERRORS if failed else 0
