@@ -4,6 +4,9 @@
                                         included
     agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
     agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
+    agentgym report RUN [RUN...] [--out DIR]
+                                        write a run's report.html; with several runs, a
+                                        side-by-side compare.html and leaderboard.json
     agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
     agentgym serve [--port 0 ...]       serve env sessions over HTTP (see agentgym.server.main)
     agentgym build [FAMILY...] [--base-image IMG | --offline-base]
@@ -28,6 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import agentgym
+from agentgym.harness import report
 from agentgym.server import main as server_main  # argparse only: `serve` loads the server
 
 console = Console()
@@ -173,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate a policy on environments (Hydra overrides)")
     p.add_argument("overrides", nargs="*", help="e.g. env=agentgym/Sokoban-v0 episodes=16")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("report", help="write a run's report.html, or compare runs side by side")
+    report.add_arguments(p)
+    p.set_defaults(func=report.run)
 
     p = sub.add_parser("train", help="train a policy with RL (Hydra overrides)")
     p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence, TypeVar
 
 import gymnasium as gym
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -343,10 +344,12 @@ async def _run_with_retries(run: _Run, task: Task, group_id: str, member: int) -
 
 def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress, TaskID]:
     """A progress bar of ``total`` items with a ``status`` field, and its task id (a disabled
-    bar when not ``enabled``); use it as a context manager."""
+    bar when not ``enabled``); use it as a context manager. It draws on stderr: stdout is for
+    results."""
     bar = Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not enabled,
+        console=Console(stderr=True),
     )
     return bar, bar.add_task(description, total=total, status="")
 

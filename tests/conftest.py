@@ -6,11 +6,20 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip a test whose system dependency (Docker, bubblewrap, Chromium) is missing; under CI
+    (``$CI`` set), where everything must run, fail it instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run this test, but: {reason}")
+    pytest.skip(reason)
 
 
 def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import unavailable
 from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
     CPU_TIME_OF_1S_BUSY,
     FORK_BOMB,
@@ -55,18 +56,12 @@ pytestmark = pytest.mark.docker
 SMALL = SandboxLimits(memory_bytes=64 << 20, pids=32, cpus=1.0, wall_timeout_s=20)
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run the docker tests, but: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def client() -> Any:
     try:
         return docker_client()
     except SandboxError as exc:
-        _unavailable(str(exc))
+        unavailable(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +70,7 @@ def base_image(client: Any) -> str:
     try:
         return build_base_image(OFFLINE_BASE_IMAGE, client=client)
     except SandboxError as exc:
-        _unavailable(f"cannot build {OFFLINE_BASE_IMAGE}: {exc}")
+        unavailable(f"cannot build {OFFLINE_BASE_IMAGE}: {exc}")
         raise
 
 

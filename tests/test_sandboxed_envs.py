@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import unavailable
 from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
 from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
     ROOT,
@@ -62,17 +63,11 @@ TURNS = 8
 CLI = [sys.executable, "-m", "agentgym.cli"]
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run this test, but: {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture
 def bwrap() -> None:
     """Bubblewrap works here (skip without it, fail under CI)."""
     if (problem := bwrap_usable()) is not None:
-        _unavailable(problem)
+        unavailable(problem)
 
 
 @pytest.fixture(scope="session")

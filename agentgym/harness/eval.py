@@ -35,6 +35,7 @@ import asyncio
 import hashlib
 import json
 import re
+import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,16 +182,22 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
         raise SuiteError(f"entries {games} play multi-agent games, which run in this process: "
                          "use sandbox=none, or `games: false` to play one seat against bots")
     out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(suite, config)
+    created = not out.exists()
     store = RunStore.open(out, config)
-    run = _Run(cfg, store, _env_servers(cfg, backend, suite),
-               episodes=[e for eps in store.done.values() for e in eps])
+    run = _Run(cfg, store, None, episodes=[e for eps in store.done.values() for e in eps])
     try:
-        run.policy = instantiate(cfg.policy)
-        run.opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
-        for policy in (run.policy, run.opponent):
-            check = getattr(policy, "check", None)
-            if check is not None:
-                await check()
+        try:
+            run.servers = _env_servers(cfg, backend, suite)
+            run.policy = instantiate(cfg.policy)
+            run.opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
+            for policy in (run.policy, run.opponent):
+                check = getattr(policy, "check", None)
+                if check is not None:
+                    await check()
+        except BaseException:
+            if created:  # nothing ran: leave no empty run directory behind
+                shutil.rmtree(out, ignore_errors=True)
+            raise
         for entry in suite.entries:
             await (_run_games if entry.games else _run_episodes)(run, entry)
     finally:
@@ -346,6 +353,9 @@ def _write_report(out: Path) -> None:
         from agentgym.harness.report import write_report
 
         write_report(out)
+    except ImportError as exc:
+        console.print(f"[yellow]agentgym eval: no report ({exc.name} is missing: pip install "
+                      "'agentgym[harness]')[/yellow]")
     except Exception as exc:  # the report is derived data: the run itself succeeded
         console.print(f"[yellow]agentgym eval: no report: {escape(str(exc))}[/yellow]")
 
@@ -418,7 +428,8 @@ SETUP_ERRORS = (EvalSetupError, SuiteError, RunDirError, RunConfigMismatch, Poli
 
 
 def _cannot_start(message: str) -> int:
-    console.print(f"[red]agentgym eval: cannot start:[/red] {escape(message)}", highlight=False)
+    console.print(f"[red]agentgym eval: cannot start:[/red] {escape(message)}", highlight=False,
+                  soft_wrap=True)
     print(f"agentgym eval: error {message.splitlines()[0] if message else ''}")
     return EXIT_CANNOT_START
 

@@ -48,7 +48,8 @@ change them."""
 
 
 class RunDirError(OSError):
-    """The run directory cannot be used (not writable, not a directory, ...)."""
+    """A run directory cannot be used: it cannot be created or written (eval), or it is not a
+    readable run (report)."""
 
 
 class RunConfigMismatch(ValueError):

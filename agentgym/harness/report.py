@@ -1,0 +1,737 @@
+"""Evaluation reports: ``report.html`` for one run, and a comparison of several runs.
+
+Both pages are self-contained: plots are matplotlib PNGs embedded as ``data:`` URIs, CSS and JS
+are inline, nothing is fetched from the network. Every statistic is recomputed from
+``episodes.jsonl`` with :mod:`agentgym.harness.stats` (``summary.json`` may be missing or stale).
+Episode text is untrusted: every string reaches the page through :func:`html.escape`, the
+transcript data through a JSON ``<script>`` block in which ``<``, ``>`` and ``&`` are escaped, and
+the viewer inserts it with ``textContent`` only.
+
+Episodes are grouped into *entries*: the suite entry of ``Episode.tags["entry"]``, or the
+``env_id`` for runs that did not tag their episodes.
+
+    agentgym report RUN                 writes RUN/report.html (or OUT/report.html with --out)
+    agentgym report RUN1 RUN2 ...       writes OUT/compare.html and OUT/leaderboard.json
+                                        (default OUT: runs/compare-<time>)
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import yaml
+from rich.console import Console
+from rich.markup import escape as markup_escape
+
+from agentgym.episode import Episode
+from agentgym.harness.stats import FAILURE_CATEGORIES, breakdown, failure_category, summarize
+from agentgym.harness.store import RunDirError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["Run", "add_arguments", "compare_runs", "entry_of", "load_run", "run",
+           "write_report"]
+
+TEXT_LIMIT = 20_000
+"""Longest text (characters) of one field embedded in the transcript viewer; longer texts are
+cut, with a note of how much was left out, so that a page of thousands of episodes stays small
+enough for a browser."""
+
+_CATEGORY_COLORS = {"success": "#2e7d32", "failed": "#c62828", "max_turns": "#ef6c00",
+                    "invalid_format": "#6a1b9a", "infra_error": "#757575"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """An eval run directory as read by :func:`load_run`."""
+
+    path: Path
+    config: dict[str, Any]
+    """``config.yaml`` (the resolved Hydra config) as plain data."""
+    episodes: list[Episode]
+    skipped_lines: int
+    """Lines of ``episodes.jsonl`` that are not episodes (a torn last line of a killed run)."""
+
+    @property
+    def suite(self) -> str:
+        """The suite's name, else the single ``env`` of the config, else ``"-"``."""
+        suite = self.config.get("suite")
+        if isinstance(suite, Mapping) and suite.get("name"):
+            return str(suite["name"])
+        return str(self.config.get("env") or "-")
+
+    @property
+    def policy(self) -> str:
+        """The policy's ``_target_`` (``"-"`` when the config has none)."""
+        policy = self.config.get("policy")
+        return str(policy.get("_target_") or "-") if isinstance(policy, Mapping) else "-"
+
+    @property
+    def model(self) -> str | None:
+        """The policy's ``model``, when it has one."""
+        policy = self.config.get("policy")
+        model = policy.get("model") if isinstance(policy, Mapping) else None
+        return None if model is None else str(model)
+
+
+def load_run(run_dir: Path) -> Run:
+    """Read ``run_dir``: its ``config.yaml`` and every parsable line of ``episodes.jsonl``.
+
+    Raises :class:`RunDirError` (with a one-line message naming the path) when the directory
+    or one of the two files is missing, or the config is not YAML.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: no such run directory")
+    for name in ("episodes.jsonl", "config.yaml"):
+        if not (run_dir / name).is_file():
+            raise RunDirError(f"{run_dir}: not an eval run directory (no {name})")
+    try:
+        config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise RunDirError(f"{run_dir / 'config.yaml'}: not YAML: "
+                          f"{str(exc).splitlines()[0]}") from exc
+    episodes, skipped = [], 0
+    with open(run_dir / "episodes.jsonl", encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                episodes.append(Episode.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError, AttributeError):
+                skipped += 1
+    return Run(run_dir, config if isinstance(config, dict) else {}, episodes, skipped)
+
+
+def entry_of(episode: Episode) -> str:
+    """The suite entry of ``episode`` (``tags["entry"]``), else its ``env_id``."""
+    return episode.tags.get("entry") or episode.env_id
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting and HTML helpers
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _rate_ci(summary: Mapping[str, Any]) -> str:
+    """``"62.5% [30.6%, 86.3%]"``: the success rate with its 95% Wilson interval."""
+    if summary["success_rate"] is None:
+        return "n/a"
+    low, high = summary["success_ci95"]
+    return f"{summary['success_rate']:.1%} [{low:.1%}, {high:.1%}]"
+
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def _number(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """An HTML table; every header and cell is converted with ``str`` and escaped."""
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(uri: str, alt: str) -> str:
+    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+
+
+def _section(anchor: str, title: str, *parts: str) -> str:
+    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{"".join(parts)}</section>'
+
+
+def _facts(pairs: Sequence[tuple[str, Any]]) -> str:
+    """A definition list of ``(label, value)`` pairs, both escaped."""
+    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in pairs)
+    return f'<dl class="facts">{items}</dl>'
+
+
+def _json_script(element_id: str, data: Any) -> str:
+    """``data`` in a ``<script type="application/json">`` element. ``<``, ``>`` and ``&`` are
+    written as JSON ``\\u`` escapes, so no text (``</script>``, ``<!--``) can end the element."""
+    text = (json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
+            .replace(">", "\\u003e").replace("&", "\\u0026"))
+    return f'<script type="application/json" id="{element_id}">{text}</script>'
+
+
+def _page(title: str, body: str, script: str = "") -> str:
+    return _PAGE.substitute(title=html.escape(title), css=_CSS, body=body,
+                            script=f"<script>{script}</script>" if script else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg, no pyplot state)
+
+
+def _figure(width: float, height: float) -> Figure:
+    # matplotlib loads with the first plot, not with the `agentgym` command.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig: Figure) -> str:
+    """``fig`` as a PNG ``data:`` URI."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _rates_and_errors(summaries: Sequence[Mapping[str, Any] | None]
+                      ) -> tuple[np.ndarray, list[list[float]]]:
+    """Success rates (NaN where a summary is missing or has no scored episode) and their 95%
+    intervals as matplotlib's ``[2, n]`` error bars (zero where the rate is NaN).
+
+    The error bars are a list: matplotlib 3.11 warns on a ``(2, 1)`` array (a single bar).
+    """
+    has_rate = [s is not None and s["success_rate"] is not None for s in summaries]
+    rates = np.array([s["success_rate"] if ok else np.nan for s, ok in zip(summaries, has_rate)],
+                     dtype=float)
+    bounds = np.array([s["success_ci95"] if ok else (np.nan, np.nan)
+                       for s, ok in zip(summaries, has_rate)], dtype=float).reshape(-1, 2)
+    # abs: the interval contains the rate, up to rounding
+    errors = np.abs(np.stack([rates - bounds[:, 0], bounds[:, 1] - rates]))
+    return rates, np.nan_to_num(errors).tolist()
+
+
+def _success_plot(rows: Mapping[str, Mapping[str, Any]], title: str) -> str:
+    """Horizontal bars of the success rates of ``rows`` (label -> summary) with their 95%
+    intervals as error bars; a label with no scored episode gets no bar."""
+    rates, errors = _rates_and_errors(list(rows.values()))
+    fig = _figure(8, 1.2 + 0.35 * len(rows))
+    ax = fig.add_subplot()
+    y = np.arange(len(rows))
+    ax.barh(y, rates, xerr=errors, capsize=3, color="#1976d2")
+    ax.set_yticks(y, list(rows))
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("success rate (95% Wilson interval)")
+    ax.set_title(title)
+    return _png(fig)
+
+
+def _bin_edges(values: Sequence[float], most: int = 30) -> np.ndarray:
+    """Histogram bins for ``values``: one per integer when they are integers spanning fewer
+    than ``most``, else ``most`` (or fewer, for few distinct values) equal bins."""
+    low, high = min(values), max(values)
+    if all(float(v).is_integer() for v in values) and high - low < most:
+        return np.arange(low - 0.5, high + 1.5)
+    return np.histogram_bin_edges(values, bins=min(most, len(set(values))))
+
+
+def _histograms(panels: Mapping[str, Mapping[str, Sequence[float]]]) -> str:
+    """One panel per ``title -> {entry: values}``: per-entry step histograms on shared bins."""
+    fig = _figure(4.2 * len(panels), 3.2)
+    for ax, (title, series) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+        values = [v for vs in series.values() for v in vs]
+        ax.set_title(title)
+        if not values:
+            ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+            continue
+        edges = _bin_edges(values)
+        for entry, vs in series.items():
+            if vs:
+                ax.hist(vs, bins=edges, histtype="step", linewidth=1.5, label=entry)
+        ax.set_ylabel("count")
+        ax.legend(fontsize="small")
+    return _png(fig)
+
+
+def _category_plot(by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+    """Horizontal stacked bars: the share of each failure category per entry."""
+    labels = list(by_entry)
+    fig = _figure(8, 1.4 + 0.35 * len(labels))
+    ax = fig.add_subplot()
+    y, left = np.arange(len(labels)), np.zeros(len(labels))
+    for category in FAILURE_CATEGORIES:
+        shares = np.array([s["categories"][category] / max(1, s["episodes"])
+                           for s in by_entry.values()])
+        ax.barh(y, shares, left=left, label=category, color=_CATEGORY_COLORS[category])
+        left += shares
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of episodes")
+    ax.legend(ncols=len(FAILURE_CATEGORIES), loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              fontsize="small")
+    return _png(fig)
+
+
+def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mapping[str, Any]]]
+                  ) -> str:
+    """Bars of success rate per entry, one bar per run (label -> {entry: summary}), with 95%
+    intervals; a run without that entry gets no bar."""
+    fig = _figure(max(6.0, 1.0 + 0.5 * len(entries) * len(runs)), 4.2)
+    ax = fig.add_subplot()
+    width = 0.8 / max(1, len(runs))
+    x = np.arange(len(entries))
+    for i, (label, by_entry) in enumerate(runs.items()):
+        rates, errors = _rates_and_errors([by_entry.get(e) for e in entries])
+        ax.bar(x + (i - (len(runs) - 1) / 2) * width, rates, width, yerr=errors, capsize=2,
+               label=label)
+    ax.set_xticks(x, entries, rotation=20, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("success rate (95% Wilson interval)")
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sections of report.html
+
+
+def _success_section(episodes: Sequence[Episode],
+                     by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+    """Success per entry, and per (entry, task type) when the episodes have task types."""
+    rows = [(entry, s["episodes"], s["scored"], s["errors"], _rate_ci(s))
+            for entry, s in by_entry.items()]
+    parts = [_table(("entry", "episodes", "scored", "infra errors", "success [95% CI]"), rows),
+             _img(_success_plot(by_entry, "success per entry"), "success rate per entry")]
+    if any(e.task_type for e in episodes):
+        by_type = breakdown(episodes, lambda e: f"{entry_of(e)} / {e.task_type or '-'}")
+        parts += [
+            "<h3>Per task type</h3>",
+            _table(("entry / task type", "episodes", "scored", "success [95% CI]"),
+                   [(k, s["episodes"], s["scored"], _rate_ci(s)) for k, s in by_type.items()]),
+            _img(_success_plot(by_type, "success per entry and task type"),
+                 "success rate per entry and task type"),
+        ]
+    return _section("success", "Success rate", *parts)
+
+
+def _pass_at_k_section(overall: Mapping[str, Any],
+                       by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+    ks = sorted({int(k) for s in (overall, *by_entry.values()) for k in s["pass_at_k"]})
+    if not ks:
+        return _section("pass-at-k", "pass@k", "<p>No scored episodes.</p>")
+    rows = [(name, *(_pct(s["pass_at_k"].get(str(k))) for k in ks))
+            for name, s in (*by_entry.items(), ("all", overall))]
+    note = ("<p class=\"note\">Unbiased pass@k over the groups (episodes of one task and seed) "
+            "with at least k scored episodes; n/a where no group is that large.</p>")
+    return _section("pass-at-k", "pass@k", note,
+                    _table(("entry", *(f"pass@{k}" for k in ks)), rows))
+
+
+def _distribution_section(scored: Sequence[Episode],
+                          by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+    turns: dict[str, list[float]] = {entry: [] for entry in by_entry}
+    tokens: dict[str, list[float]] = {entry: [] for entry in by_entry}
+    for e in scored:
+        turns[entry_of(e)].append(e.num_turns)
+        tokens[entry_of(e)].append(sum(len(t.response_ids) for t in e.turns))
+    rows = [(entry, _number(s["mean_turns"]), _pct(s["invalid_action_rate"]),
+             _number(s["mean_response_tokens"]), s["response_tokens"])
+            for entry, s in by_entry.items()]
+    return _section(
+        "distributions", "Turns and response tokens",
+        _table(("entry", "mean turns", "invalid actions", "mean response tokens / episode",
+                "response tokens"), rows),
+        _img(_histograms({"turns per episode": turns, "response tokens per episode": tokens}),
+             "histograms of turns and response tokens per entry"))
+
+
+def _category_section(by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+    rows = [(entry, *(s["categories"][c] for c in FAILURE_CATEGORIES))
+            for entry, s in by_entry.items()]
+    return _section("categories", "Outcome categories",
+                    _table(("entry", *FAILURE_CATEGORIES), rows),
+                    _img(_category_plot(by_entry), "outcome categories per entry"))
+
+
+_LATENCIES: dict[str, Callable[[Episode], list[float]]] = {
+    "generate / turn": lambda e: [t.timings["generate"] for t in e.turns
+                                  if "generate" in t.timings],
+    "env step / turn": lambda e: [t.timings["step"] for t in e.turns if "step" in t.timings],
+    "episode wall time": lambda e: [e.wall_time],
+}
+"""The latency measures of the report: name -> the seconds one episode contributes."""
+
+
+def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> str:
+    """Mean, median and 95th percentile of each of :data:`_LATENCIES`, per entry and (with
+    several entries) over all scored episodes, and their histograms per entry."""
+    values = {name: {entry: [] for entry in entries} for name in _LATENCIES}
+    for e in scored:
+        for name, measure in _LATENCIES.items():
+            values[name][entry_of(e)].extend(measure(e))
+    rows = []
+    for name, series in values.items():
+        scopes = list(series.items())
+        if len(scopes) > 1:
+            scopes.append(("all", [v for vs in series.values() for v in vs]))
+        for entry, vs in scopes:
+            stats = (np.mean(vs), *np.percentile(vs, [50, 95])) if vs else (None,) * 3
+            rows.append((entry, name, len(vs), *map(_seconds, stats)))
+    return _section("latency", "Latency",
+                    _table(("entry", "measure", "n", "mean", "p50", "p95"), rows),
+                    _img(_histograms({f"{k} (s)": v for k, v in values.items()}),
+                         "latency histograms per entry"))
+
+
+def _clip(text: str) -> str:
+    if len(text) <= TEXT_LIMIT:
+        return text
+    return f"{text[:TEXT_LIMIT]}\n[... {len(text) - TEXT_LIMIT} more characters not shown]"
+
+
+def _episode_record(episode: Episode) -> dict[str, Any]:
+    """What the transcript viewer shows of ``episode`` (long texts cut by :func:`_clip`)."""
+    return {
+        "id": episode.episode_id, "entry": entry_of(episode), "task_id": episode.task_id,
+        "task_type": episode.task_type, "agent": episode.agent, "seed": episode.seed,
+        "category": failure_category(episode), "outcome": episode.outcome,
+        "wall_time": episode.wall_time, "error": episode.error,
+        "failed_attempts": [_clip(a) for a in episode.failed_attempts],
+        "instruction": _clip(episode.instruction),
+        "turns": [{"observation": _clip(t.observation), "response": _clip(t.response_text),
+                   "action": _clip(t.action), "valid": t.action_valid, "reward": t.reward}
+                  for t in episode.turns],
+    }
+
+
+def _options(label: str, values: Iterable[str]) -> str:
+    return f'<option value="">{html.escape(label)}</option>' + "".join(
+        f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
+
+
+def _transcript_section(episodes: Sequence[Episode], entries: Sequence[str]) -> str:
+    controls = (
+        '<div class="controls">'
+        '<input id="search" type="search" placeholder="search instructions, responses, '
+        'observations" aria-label="search">'
+        f'<select id="category" aria-label="outcome">{_options("all outcomes", FAILURE_CATEGORIES)}'
+        '</select>'
+        f'<select id="entry" aria-label="entry">{_options("all entries", entries)}</select>'
+        '<span id="count"></span></div>')
+    viewer = ('<div class="viewer"><div><ol id="ep-list"></ol>'
+              '<button id="more" type="button" hidden>show more</button></div>'
+              '<div id="detail"><p class="note">Click an episode to see its turns.</p></div></div>')
+    return _section("transcripts", "Transcripts", controls, viewer,
+                    _json_script("episode-data", [_episode_record(e) for e in episodes]))
+
+
+def write_report(run_dir: Path, out: Path | None = None) -> Path:
+    """Write the self-contained HTML report of the run in ``run_dir`` to ``out`` (default
+    ``run_dir/report.html``) and return its path.
+
+    The page has: a header (run, suite, policy, episode and error counts), success rates per
+    entry and per (entry, task type) with 95% Wilson intervals, pass@k, turn and response-token
+    histograms, outcome categories, latency (mean/p50/p95 of generate and env-step seconds per
+    turn and of episode wall time), and a transcript viewer of every episode (search, filter by
+    outcome and entry, turns rendered on click). Raises :class:`RunDirError` for a directory
+    that is not a run.
+    """
+    loaded = load_run(run_dir)
+    out = Path(out) if out is not None else loaded.path / "report.html"
+    episodes = loaded.episodes
+    scored = [e for e in episodes if e.error is None]
+    overall = summarize(episodes)
+    by_entry = breakdown(episodes, entry_of)
+    entries = list(by_entry)
+    parts = [_facts([
+        ("run", loaded.path), ("suite", loaded.suite), ("policy", loaded.policy),
+        ("model", loaded.model or "-"), ("episodes", overall["episodes"]),
+        ("infra errors", overall["errors"]), ("retried", overall["retried"]),
+        ("success", _rate_ci(overall)),
+        *([("unreadable lines", loaded.skipped_lines)] if loaded.skipped_lines else []),
+    ])]
+    if overall["error_examples"]:
+        parts += ["<h3>Infrastructure errors (examples)</h3>",
+                  *(f"<pre>{html.escape(_clip(text))}</pre>" for text in overall["error_examples"])]
+    if episodes:
+        parts += [_success_section(episodes, by_entry), _pass_at_k_section(overall, by_entry),
+                  _distribution_section(scored, by_entry), _category_section(by_entry),
+                  _latency_section(scored, entries)]
+    parts.append(_transcript_section(episodes, entries))
+    title = f"agentgym report: {loaded.suite}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(_page(title, f"<h1>{html.escape(title)}</h1>" + "".join(parts), _VIEWER_JS),
+                   encoding="utf-8")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison of runs
+
+
+def _labels(runs: Sequence[Run]) -> list[str]:
+    """``"<model or policy class> (<run dir name>)"`` per run, suffixed ``#2``, ``#3`` ... where
+    two runs would get the same label."""
+    labels: list[str] = []
+    for r in runs:
+        base = f"{r.model or r.policy.rsplit('.', 1)[-1]} ({r.path.name})"
+        label, n = base, 1
+        while label in labels:
+            n += 1
+            label = f"{base} #{n}"
+        labels.append(label)
+    return labels
+
+
+def _leaderboard(runs: Sequence[Run]) -> list[dict[str, Any]]:
+    """The leaderboard rows of ``runs``, best overall success rate first (runs without a scored
+    episode last; ties keep the given order)."""
+    rows = []
+    for label, r in zip(_labels(runs), runs):
+        overall = summarize(r.episodes)
+        rows.append({
+            "label": label, "run_dir": str(r.path), "policy": r.policy, "model": r.model,
+            "success_rate": overall["success_rate"], "success_ci95": overall["success_ci95"],
+            "episodes": overall["episodes"], "errors": overall["errors"],
+            "entries": {entry: {"success_rate": s["success_rate"],
+                                "success_ci95": s["success_ci95"], "episodes": s["episodes"],
+                                "errors": s["errors"]}
+                        for entry, s in breakdown(r.episodes, entry_of).items()},
+        })
+    return sorted(rows, key=lambda row: 1.0 if row["success_rate"] is None
+                  else -row["success_rate"])
+
+
+def compare_runs(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
+    """Compare the runs in ``run_dirs``: write ``out_dir/compare.html`` (a leaderboard, success
+    rate with 95% interval per entry per run, and a grouped bar plot) and
+    ``out_dir/leaderboard.json`` (the runs, best overall success rate first, each with
+    ``label``, ``run_dir``, ``policy``, ``model``, ``success_rate``, ``success_ci95``,
+    ``episodes``, ``errors`` and ``entries``: ``{entry: {success_rate, success_ci95, episodes,
+    errors}}``). Return the two paths. Raises :class:`RunDirError` for a directory that is not
+    a run."""
+    runs = [load_run(Path(d)) for d in run_dirs]
+    board = _leaderboard(runs)
+    entries = sorted({entry for row in board for entry in row["entries"]})
+    leaders = _table(
+        ("rank", "run", "policy", "model", "success [95% CI]", "episodes", "infra errors"),
+        [(i, row["label"], row["policy"], row["model"] or "-", _rate_ci(row), row["episodes"],
+          row["errors"]) for i, row in enumerate(board, start=1)])
+    per_entry = _table(
+        ("entry", *(row["label"] for row in board)),
+        [(entry, *(_rate_ci(row["entries"][entry]) if entry in row["entries"] else "-"
+                   for row in board)) for entry in entries])
+    plot = (_img(_grouped_bars(entries, {row["label"]: row["entries"] for row in board}),
+                 "success rate per entry per run") if entries else "")
+    runs_list = "<ul>" + "".join(
+        f"<li>{html.escape(row['label'])}: {html.escape(row['run_dir'])}</li>" for row in board
+    ) + "</ul>"
+    title = f"agentgym comparison of {len(runs)} runs"
+    body = (f"<h1>{html.escape(title)}</h1>{runs_list}"
+            + _section("leaderboard", "Leaderboard", leaders)
+            + _section("per-entry", "Success rate per entry", per_entry, plot))
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    page, board_path = out_dir / "compare.html", out_dir / "leaderboard.json"
+    page.write_text(_page(title, body), encoding="utf-8")
+    board_path.write_text(json.dumps(board, indent=2) + "\n", encoding="utf-8")
+    return page, board_path
+
+
+# ---------------------------------------------------------------------------------------------
+# `agentgym report`
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``agentgym report`` to ``parser``."""
+    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
+                        help="eval run directories; one: its report.html, several: a comparison")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where to write (default: the run's own directory for one run, "
+                             "runs/compare-<time> for several)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``agentgym report``: with one run, write its ``report.html``; with several, write
+    ``compare.html`` and ``leaderboard.json``. Print the written paths; return 0, or 2 with a
+    one-line error on stderr when a path is not a run directory."""
+    out, err = Console(), Console(stderr=True)
+    try:
+        if len(args.runs) == 1:
+            paths = [write_report(args.runs[0],
+                                  None if args.out is None else args.out / "report.html")]
+        else:
+            paths = list(compare_runs(
+                args.runs, args.out or Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
+    except RunDirError as exc:
+        err.print(f"[red]agentgym report:[/red] {markup_escape(str(exc))}", highlight=False,
+                  soft_wrap=True)
+        return 2
+    for path in paths:
+        out.print(markup_escape(str(path)), highlight=False, soft_wrap=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Page template, style and the transcript viewer
+
+_PAGE = Template("""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
+<title>$title</title>
+<style>$css</style>
+</head>
+<body>
+$body
+$script
+</body>
+</html>
+""")
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1280px; padding: 1em 2em;
+       color: #222; }
+h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ddd; margin-top: 2em; }
+table { border-collapse: collapse; margin: .5em 0 1em; }
+th, td { padding: .2em .7em; border-bottom: 1px solid #eee; }
+th, td { text-align: left; font-variant-numeric: tabular-nums; } th { background: #f5f5f5; }
+img { max-width: 100%; display: block; margin: .5em 0; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f7f7f7; padding: .4em .6em;
+      margin: .2em 0 .6em; max-height: 24em; overflow: auto; }
+.facts { display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em; }
+.facts dt { font-weight: 600; } .facts dd { margin: 0; }
+.note { color: #666; }
+.controls { display: flex; gap: .6em; align-items: center; margin-bottom: .6em; }
+.controls input { flex: 1; padding: .3em; }
+.viewer { display: grid; grid-template-columns: minmax(18em, 2fr) 3fr; gap: 1em; }
+#ep-list { list-style: none; padding: 0; margin: 0; max-height: 80vh; overflow: auto;
+           border: 1px solid #ddd; }
+#ep-list li { padding: .3em .5em; border-bottom: 1px solid #eee; cursor: pointer; }
+#ep-list li:hover { background: #f0f6ff; } #ep-list li.selected { background: #dbeafe; }
+#ep-list .preview { display: block; color: #555; font-size: .9em; overflow: hidden;
+                    white-space: nowrap; text-overflow: ellipsis; }
+#detail { max-height: 80vh; overflow: auto; }
+.badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 .4em;
+         font-size: .85em; margin-right: .4em; }
+.badge.success { background: #2e7d32; } .badge.failed { background: #c62828; }
+.badge.max_turns { background: #ef6c00; } .badge.invalid_format { background: #6a1b9a; }
+.badge.infra_error { background: #757575; }
+.turn { border-left: 3px solid #1976d2; padding-left: .6em; margin: .8em 0; }
+.turn.invalid { border-left-color: #c62828; }
+.turn h4 { margin: .2em 0; } .label { font-weight: 600; font-size: .85em; color: #555; }
+"""
+
+# Episode text only ever reaches the DOM through textContent.
+_VIEWER_JS = r"""
+(function () {
+  "use strict";
+  var PAGE = 500, PREVIEW = 160;
+  var episodes = JSON.parse(document.getElementById("episode-data").textContent);
+  var list = document.getElementById("ep-list"), more = document.getElementById("more");
+  var detail = document.getElementById("detail"), count = document.getElementById("count");
+  var search = document.getElementById("search"), category = document.getElementById("category");
+  var entry = document.getElementById("entry");
+  var matches = [], shown = 0, selected = null, texts = [];
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+  function clip(text, n) { return text.length > n ? text.slice(0, n) + "\u2026" : text; }
+  function haystack(i) {
+    if (texts[i] === undefined) {
+      var ep = episodes[i], parts = [ep.instruction];
+      ep.turns.forEach(function (t) { parts.push(t.observation, t.response); });
+      texts[i] = parts.join("\n").toLowerCase();
+    }
+    return texts[i];
+  }
+  function row(i) {
+    var ep = episodes[i], li = el("li", "ep");
+    li.dataset.index = i;
+    li.appendChild(el("span", "badge " + ep.category, ep.category));
+    li.appendChild(el("span", "ep-title", ep.entry + " \u00b7 task " + ep.task_id + " \u00b7 " +
+                      ep.turns.length + " turns"));
+    var first = ep.instruction || (ep.turns.length ? ep.turns[0].observation : "");
+    li.appendChild(el("span", "preview", clip(first, PREVIEW)));
+    return li;
+  }
+  function appendPage() {
+    var end = Math.min(matches.length, shown + PAGE), frag = document.createDocumentFragment();
+    for (; shown < end; shown++) frag.appendChild(row(matches[shown]));
+    list.appendChild(frag);
+    more.hidden = shown >= matches.length;
+    count.textContent = matches.length + " of " + episodes.length + " episodes" +
+      (shown < matches.length ? " (" + shown + " listed)" : "");
+  }
+  function filter() {
+    var q = search.value.toLowerCase(), c = category.value, n = entry.value;
+    matches = [];
+    for (var i = 0; i < episodes.length; i++) {
+      var ep = episodes[i];
+      if ((!c || ep.category === c) && (!n || ep.entry === n) &&
+          (!q || haystack(i).indexOf(q) >= 0)) matches.push(i);
+    }
+    list.textContent = "";
+    shown = 0;
+    appendPage();
+  }
+  function block(parent, label, text) {
+    parent.appendChild(el("div", "label", label));
+    parent.appendChild(el("pre", null, text));
+  }
+  function show(i) {
+    var ep = episodes[i];
+    detail.textContent = "";
+    detail.appendChild(el("h3", null, ep.id));
+    var facts = el("dl", "facts");
+    [["entry", ep.entry], ["task", ep.task_id], ["task type", ep.task_type || "-"],
+     ["agent", ep.agent], ["seed", ep.seed], ["outcome", ep.category + ", return " + ep.outcome],
+     ["wall time", ep.wall_time.toFixed(3) + " s"]].forEach(function (kv) {
+      facts.appendChild(el("dt", null, kv[0]));
+      facts.appendChild(el("dd", null, kv[1]));
+    });
+    detail.appendChild(facts);
+    if (ep.error) block(detail, "infrastructure error", ep.error);
+    ep.failed_attempts.forEach(function (a, k) { block(detail, "failed attempt " + (k + 1), a); });
+    if (ep.instruction) block(detail, "instruction", ep.instruction);
+    if (!ep.turns.length) detail.appendChild(el("p", "note", "No turns."));
+    ep.turns.forEach(function (t, k) {
+      var turn = el("div", t.valid ? "turn" : "turn invalid");
+      turn.appendChild(el("h4", null, "Turn " + (k + 1) + " \u00b7 reward " + t.reward +
+                          " \u00b7 " + (t.valid ? "valid" : "invalid") + " action"));
+      block(turn, "observation", t.observation);
+      block(turn, "response", t.response);
+      block(turn, "action", t.action);
+      detail.appendChild(turn);
+    });
+  }
+  list.addEventListener("click", function (event) {
+    var li = event.target.closest("li.ep");
+    if (!li) return;
+    if (selected) selected.classList.remove("selected");
+    selected = li;
+    li.classList.add("selected");
+    show(Number(li.dataset.index));
+  });
+  more.addEventListener("click", appendPage);
+  search.addEventListener("input", filter);
+  category.addEventListener("change", filter);
+  entry.addEventListener("change", filter);
+  filter();
+})();
+"""
