@@ -26,14 +26,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO, Any, Mapping, Sequence
+from typing import IO, Any, Callable, Generic, Mapping, Sequence, TypeVar
 
 import httpx
 
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
-from agentgym.policy import Generation, GenerationRequest
+from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
 
-__all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError", "vllm_policy"]
+__all__ = ["CHECK_TIMEOUT_S", "PerLoop", "VLLMPolicy", "VLLMRequestError", "VLLMServer",
+           "VLLMServerError", "request_with_retries", "require_served", "served_models",
+           "vllm_policy"]
 
 #: Environment every server gets: internal sockets on loopback, no usage reporting.
 _BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
@@ -45,6 +47,9 @@ _CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M", "--no-enable-
 _CPU_MAX_MODEL_LEN = 8192
 _HEALTH_POLL_S = 0.5
 _LOG_TAIL_LINES = 40
+#: Upper bound on the one attempt of a ``check`` (seconds): a server that is up answers
+#: ``/v1/models`` at once, even while it generates.
+CHECK_TIMEOUT_S = 10.0
 
 
 class VLLMServerError(RuntimeError):
@@ -295,6 +300,122 @@ def _content(response: httpx.Response) -> Any:
     return response.text
 
 
+def _retryable(status: int) -> bool:
+    """Whether an error answer may go away by itself: rate limiting (429) or a server error."""
+    return status == 429 or status >= 500
+
+
+def _url(client: httpx.AsyncClient, path: str) -> str:
+    """The absolute URL of ``path`` on ``client``'s base URL, for messages."""
+    return str(client.base_url).rstrip("/") + path
+
+
+T = TypeVar("T")
+
+
+class PerLoop(Generic[T]):
+    """One object per running event loop, made by ``factory`` on first use in that loop.
+
+    httpx async clients and asyncio primitives belong to the loop they were first used in; a
+    policy driven by several ``asyncio.run`` calls in turn needs a fresh one in each. Only the
+    object of the latest loop is kept (the one of a finished loop cannot be closed anyway).
+    """
+
+    def __init__(self, factory: Callable[[], T]):
+        self.factory = factory
+        self._value: T | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def get(self) -> T:
+        """The running loop's object (made now if this loop has none)."""
+        loop = asyncio.get_running_loop()
+        if self._value is None or self._loop is not loop:
+            self._value, self._loop = self.factory(), loop
+        return self._value
+
+    def pop(self) -> T | None:
+        """Forget the object; return it if it belongs to the running loop (to close it)."""
+        value, loop = self._value, self._loop
+        self._value = self._loop = None
+        return value if loop is asyncio.get_running_loop() else None
+
+
+async def request_with_retries(client: httpx.AsyncClient, method: str, path: str,
+                               body: dict[str, Any] | None = None, *, timeout: float,
+                               max_retries: int, backoff: float,
+                               error: type[Exception] = VLLMRequestError) -> Any:
+    """The answer of ``method path`` on ``client`` (parsed JSON, or text for other content
+    types).
+
+    Every attempt is bounded by ``timeout`` seconds; connection errors, 429 and 5xx answers are
+    retried ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
+    another 4xx answer is not retried. A failure raises ``error`` with a message that names the
+    method, the URL and the cause (the last one after retries).
+    """
+    url = _url(client, path)
+    attempts = max_retries + 1
+    for attempt in range(attempts):
+        try:
+            async with asyncio.timeout(timeout):
+                response = await client.request(method, path, json=body)
+        except (TimeoutError, httpx.TimeoutException):
+            raise error(f"{method} {url} timed out after {timeout} s") from None
+        except httpx.TransportError as exc:
+            cause = _describe(exc)
+        else:
+            if response.status_code < 400:
+                return _content(response)
+            cause = f"HTTP {response.status_code}: {response.text[:500]}"
+            if not _retryable(response.status_code):
+                raise error(f"{method} {url} failed: {cause}")
+        if attempt + 1 < attempts:
+            await asyncio.sleep(backoff * 2**attempt)
+    raise error(f"{method} {url} failed after {attempts} attempts: {cause}")
+
+
+async def served_models(client: httpx.AsyncClient, path: str, *, timeout: float,
+                        refused: str = "") -> list[dict[str, Any]]:
+    """The model list (``data``) of an OpenAI-compatible server from ``GET path``, asked once.
+
+    Raises :class:`~agentgym.policy.PolicyUnavailable`, naming the URL and the cause, when
+    there is no answer within ``timeout`` seconds (connection refused fails at once), when the
+    server refuses the request (401/403; ``refused`` is added to the message: what key was
+    sent), or for any other error answer.
+    """
+    url = _url(client, path)
+    try:
+        async with asyncio.timeout(timeout):
+            response = await client.get(path)
+    except (TimeoutError, httpx.TimeoutException):
+        raise PolicyUnavailable(f"no answer from {url} within {timeout} s") from None
+    except httpx.TransportError as exc:
+        raise PolicyUnavailable(f"cannot reach {url}: {_describe(exc)}") from None
+    if response.status_code in (401, 403):
+        raise PolicyUnavailable(f"{url} refused the request (HTTP {response.status_code}: "
+                                f"{response.text[:200]}){refused}")
+    if response.status_code >= 400:
+        raise PolicyUnavailable(f"GET {url} failed: HTTP {response.status_code}: "
+                                f"{response.text[:500]}")
+    try:
+        return list(response.json()["data"])
+    except (ValueError, KeyError, TypeError):
+        raise PolicyUnavailable(f"GET {url} did not answer an OpenAI model list: "
+                                f"{response.text[:200]!r}") from None
+
+
+def require_served(models: list[dict[str, Any]], model: str, url: str) -> None:
+    """Raise :class:`~agentgym.policy.PolicyUnavailable` unless ``model`` is one of the ``id``
+    s of ``models`` (the list :func:`served_models` returned for ``url``)."""
+    ids = [m.get("id") for m in models]
+    if model not in ids:
+        raise PolicyUnavailable(f"model {model!r} is not served at {url} (served: {ids})")
+
+
+def _first_base(models: list[dict[str, Any]]) -> str | None:
+    """The id of the first base model (not an adapter) of a ``/v1/models`` list, if any."""
+    return next((m["id"] for m in models if m.get("parent") is None), None)
+
+
 class VLLMPolicy:
     """A :class:`~agentgym.policy.Policy` served by a vLLM OpenAI-compatible server.
 
@@ -304,11 +425,12 @@ class VLLMPolicy:
     ``response_ids`` (special tokens skipped). ``response_ids`` and ``logprobs`` (one per response
     token, natural log) are the server's, never re-tokenized.
 
-    Every HTTP attempt is bounded by ``timeout`` seconds; connection errors and 5xx answers are
-    retried ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
-    a 4xx answer is not retried. Failures raise :class:`VLLMRequestError` naming the URL and the
-    cause. ``max_batch_size = 1``: the rollout engine sends each request as its own call with its
-    own timeout, and the server batches them.
+    Every HTTP call follows :func:`request_with_retries`: each attempt is bounded by ``timeout``
+    seconds; connection errors, 429 and 5xx answers are retried ``max_retries`` times after
+    ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or another 4xx answer is not retried.
+    Failures raise :class:`VLLMRequestError` naming the URL and the cause. ``max_batch_size =
+    1``: the rollout engine sends each request as its own call with its own timeout, and the
+    server batches them. :meth:`check` asks the server once, without retries.
 
     ``served_model`` is the base model's name on the server (default: asked from ``/v1/models``).
     ``lora`` names a LoRA adapter already loaded on the server to use instead of the base model.
@@ -333,8 +455,9 @@ class VLLMPolicy:
         """Incremented by every :meth:`load_lora` (a weight push)."""
         self.server: VLLMServer | None = None
         """The server this policy launched and stops in :meth:`aclose` (see :meth:`launch`)."""
-        self._client: httpx.AsyncClient | None = None
-        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._client = PerLoop(lambda: httpx.AsyncClient(
+            base_url=self.base_url, timeout=self.timeout,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
 
     @classmethod
     def launch(cls, model: str = "smollm2-135m", *, timeout: float = 120.0,
@@ -351,44 +474,34 @@ class VLLMPolicy:
         policy.server = server
         return policy
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._client_loop is not loop:
-            self._client = httpx.AsyncClient(
-                base_url=self.base_url, timeout=self.timeout,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
-            self._client_loop = loop
-        return self._client
-
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """The answer of one call (parsed JSON, or text for other content types), with the
         retry and timeout rules of the class."""
-        url = self.base_url + path
-        attempts = self.max_retries + 1
-        for attempt in range(attempts):
-            try:
-                async with asyncio.timeout(self.timeout):
-                    response = await self._http().request(method, path, json=body)
-            except (TimeoutError, httpx.TimeoutException):
-                raise VLLMRequestError(f"{method} {url} timed out after {self.timeout} s") from None
-            except httpx.TransportError as exc:
-                cause = _describe(exc)
-            else:
-                if response.status_code < 400:
-                    return _content(response)
-                cause = f"HTTP {response.status_code}: {response.text[:500]}"
-                if response.status_code < 500:
-                    raise VLLMRequestError(f"{method} {url} failed: {cause}")
-            if attempt + 1 < attempts:
-                await asyncio.sleep(self.backoff * 2**attempt)
-        raise VLLMRequestError(f"{method} {url} failed after {attempts} attempts: {cause}")
+        return await request_with_retries(self._client.get(), method, path, body,
+                                          timeout=self.timeout, max_retries=self.max_retries,
+                                          backoff=self.backoff)
 
     async def base_model(self) -> str:
         """The served name of the base model (asked from ``/v1/models`` once if not given)."""
         if self.served_model is None:
             models = (await self._request("GET", "/v1/models"))["data"]
-            self.served_model = next(m["id"] for m in models if m.get("parent") is None)
+            self.served_model = _first_base(models)
+            if self.served_model is None:
+                raise VLLMRequestError(f"{self.base_url}/v1/models lists no base model")
         return self.served_model
+
+    async def check(self) -> None:
+        """Raise :class:`~agentgym.policy.PolicyUnavailable` unless the server answers
+        ``GET /v1/models`` (one attempt of at most ``min(timeout, CHECK_TIMEOUT_S)`` seconds: a
+        server that is down fails at once) and serves the model requests use: the adapter
+        :attr:`lora` when set, else ``served_model``, else some base model."""
+        url = f"{self.base_url}/v1/models"
+        models = await served_models(self._client.get(), "/v1/models",
+                                     timeout=min(self.timeout, CHECK_TIMEOUT_S))
+        model = self.lora or self.served_model or _first_base(models)
+        if model is None:
+            raise PolicyUnavailable(f"{url} lists no base model")
+        require_served(models, model, url)
 
     def completion_body(self, prompt_ids: list[int], request: GenerationRequest,
                         model: str) -> dict[str, Any]:
@@ -458,9 +571,9 @@ class VLLMPolicy:
 
     async def aclose(self) -> None:
         """Close the HTTP client and stop the server this policy launched, if any."""
-        if self._client is not None and self._client_loop is asyncio.get_running_loop():
-            await self._client.aclose()
-        self._client = self._client_loop = None
+        client = self._client.pop()
+        if client is not None:
+            await client.aclose()
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
             self.server = None

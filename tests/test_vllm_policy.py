@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,7 +21,7 @@ import pytest
 from agentgym.harness.eval import compose_eval_config
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policies.vllm import VLLMPolicy, VLLMRequestError, VLLMServer, VLLMServerError
-from agentgym.policy import Generation, GenerationRequest, SamplingParams
+from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, collect, default_tasks, request_seed
 
 pytestmark = [
@@ -382,3 +383,45 @@ async def test_bogus_model_fails_fast_with_log_tail(tmp_path: Path, use_async: b
     assert "exited with code" in message and str(tmp_path / "server.log") in message
     assert "no-such-model" in message.split("last lines:")[1]
     assert srv.process is not None and srv.process.returncode is not None and not srv.running
+
+
+async def test_check_passes_on_the_running_server(server: VLLMServer) -> None:
+    for served_model in (None, MODEL):
+        policy = VLLMPolicy(server.base_url, MODEL, served_model=served_model)
+        await policy.check()
+        await policy.aclose()
+
+
+@pytest.mark.parametrize("kwargs, missing", [
+    ({"served_model": "no-such-model"}, "no-such-model"),
+    ({"lora": "no-such-adapter"}, "no-such-adapter"),  # requests would use the adapter
+])
+async def test_check_fails_for_a_model_not_served(server: VLLMServer, kwargs: dict[str, Any],
+                                                  missing: str) -> None:
+    policy = VLLMPolicy(server.base_url, MODEL, **kwargs)
+    with pytest.raises(PolicyUnavailable) as error:
+        await policy.check()
+    await policy.aclose()
+    assert f"model {missing!r} is not served at {server.base_url}/v1/models" in str(error.value)
+
+
+async def test_check_fails_fast_when_the_server_is_down() -> None:
+    with socket.socket() as sock:  # a port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    policy = VLLMPolicy(url, MODEL, max_retries=5, backoff=1.0)
+    start = time.perf_counter()
+    with pytest.raises(PolicyUnavailable) as error:
+        await policy.check()
+    await policy.aclose()
+    assert time.perf_counter() - start < 2  # no retries, no backoff
+    assert f"cannot reach {url}/v1/models" in str(error.value)
+    assert "ConnectionRefusedError" in str(error.value)
+
+
+async def test_retries_429() -> None:
+    async with StubServer([429, 200]) as stub:
+        policy = VLLMPolicy(stub.url, MODEL, served_model=MODEL, backoff=0.01)
+        [generation] = await policy.generate([GenerationRequest(messages=CHATS[1])])
+        await policy.aclose()
+    assert len(stub.requests) == 2 and generation.response_ids == StubServer.RESPONSE_IDS

@@ -1,0 +1,187 @@
+"""Any OpenAI-compatible chat completions endpoint as a policy (OpenAI, a vLLM server, ...).
+
+:class:`OpenAIPolicy` sends each request's chat messages to ``POST {base_url}/chat/completions``
+through httpx, so the server applies its own chat template. It is meant for evaluation: token
+ids and logprobs are filled only where the server returns them (vLLM does when asked through
+``extra_body``, e.g. ``{"return_token_ids": true, "logprobs": true}``), never re-tokenized.
+
+The API key is read from the environment variable named by ``api_key_env`` when the policy is
+made; it is sent as a Bearer token and appears nowhere else: not in the config, the repr, error
+messages or logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any, Iterator, Mapping
+
+import httpx
+
+from agentgym.policies.vllm import (
+    CHECK_TIMEOUT_S,
+    PerLoop,
+    request_with_retries,
+    require_served,
+    served_models,
+)
+from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
+
+__all__ = ["OpenAIPolicy", "OpenAIRequestError"]
+
+
+class OpenAIRequestError(RuntimeError):
+    """A chat completion failed for good (after retries where they apply), or its answer is not
+    a chat completion."""
+
+
+class _Secret:
+    """A string that never shows in a repr (nor in ``vars()`` of its holder)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str):
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+
+class OpenAIPolicy:
+    """A :class:`~agentgym.policy.Policy` served by an OpenAI-compatible chat completions API.
+
+    Args:
+        base_url: the API root, with its version: ``https://api.openai.com/v1``,
+            ``http://127.0.0.1:8000/v1`` (a vLLM server).
+        model: the model name the server serves.
+        api_key_env: name of the environment variable holding the API key, read once here. When
+            it is unset (or ``None``), no ``Authorization`` header is sent (local servers need
+            none); :meth:`check` says so if the server then refuses.
+        timeout: seconds per HTTP attempt.
+        max_retries, backoff: connection errors, 429 and 5xx answers are retried
+            ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
+            another 4xx answer is not (see :func:`~agentgym.policies.vllm.request_with_retries`).
+        max_concurrency: chat completions in flight at once (more wait their turn, and their
+            timeout starts only then).
+        extra_body: fields added to every request body (server extensions such as vLLM's
+            ``return_token_ids`` or ``top_k``); they override the fields set from the request.
+
+    Each request is one call (``max_batch_size = 1``) with the request's ``messages``,
+    ``max_tokens``, ``temperature``, ``top_p``, ``stop`` (when not empty) and ``seed`` (when
+    set). :class:`~agentgym.policy.Generation` gets the message content as ``text`` (stop strings
+    are not part of it, as the API drops them), the server's ``finish_reason``, and
+    ``prompt_ids``, ``response_ids`` and ``logprobs`` only when the answer carries them
+    (``prompt_token_ids``, ``choices[0].token_ids``, ``choices[0].logprobs.content``); otherwise
+    they are empty. Failures raise :class:`OpenAIRequestError` naming the URL and the cause.
+    HTTP clients belong to the event loop that made them; a new loop gets new ones.
+    """
+
+    max_batch_size = 1
+
+    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
+                 timeout: float = 120.0, max_retries: int = 3, backoff: float = 0.5,
+                 max_concurrency: int = 16, extra_body: Mapping[str, Any] | None = None):
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key_env = api_key_env
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_concurrency = max_concurrency
+        self.extra_body = dict(extra_body or {})
+        key = os.environ.get(api_key_env) if api_key_env else None
+        self._key = _Secret(key) if key else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = PerLoop(lambda: httpx.AsyncClient(
+            base_url=self.base_url, timeout=self.timeout, headers=headers,
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
+        self._slots = PerLoop(lambda: asyncio.Semaphore(self.max_concurrency))
+
+    def __repr__(self) -> str:
+        return (f"OpenAIPolicy(base_url={self.base_url!r}, model={self.model!r}, "
+                f"api_key_env={self.api_key_env!r}, key_set={self._key is not None})")
+
+    @contextlib.contextmanager
+    def _redacted(self) -> Iterator[None]:
+        """Re-raise an :class:`OpenAIRequestError` or
+        :class:`~agentgym.policy.PolicyUnavailable` whose message contains the key (a server
+        may echo it) with the key masked."""
+        try:
+            yield
+        except (OpenAIRequestError, PolicyUnavailable) as exc:
+            if self._key is None or self._key.value not in str(exc):
+                raise
+            raise type(exc)(str(exc).replace(self._key.value, "***")) from None
+
+    def _key_hint(self) -> str:
+        """Which key was sent, for a message about a refused request."""
+        if self._key is not None:
+            return f"; the key in ${self.api_key_env} was sent and refused"
+        if self.api_key_env:
+            return f"; no key was sent: ${self.api_key_env} is not set"
+        return "; no key was sent (api_key_env is not set)"
+
+    async def check(self) -> None:
+        """Raise :class:`~agentgym.policy.PolicyUnavailable`, naming the URL and the cause,
+        unless ``GET {base_url}/models`` answers (one attempt of at most ``min(timeout,
+        CHECK_TIMEOUT_S)`` seconds: nothing listening fails at once), accepts the key (a 401/403
+        names the environment variable) and lists :attr:`model`."""
+        with self._redacted():
+            models = await served_models(self._client.get(), "/models",
+                                         timeout=min(self.timeout, CHECK_TIMEOUT_S),
+                                         refused=self._key_hint())
+            require_served(models, self.model, f"{self.base_url}/models")
+
+    def chat_body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The ``/chat/completions`` payload of ``request``."""
+        sampling = request.sampling
+        body: dict[str, Any] = {
+            "model": self.model, "messages": request.messages,
+            "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+        }
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if request.seed is not None:
+            body["seed"] = request.seed
+        return {**body, **self.extra_body}
+
+    def _generation(self, data: Any) -> Generation:
+        """The :class:`~agentgym.policy.Generation` of a chat completion answer."""
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise OpenAIRequestError(f"{self.base_url}/chat/completions answered no chat "
+                                     f"completion: {str(data)[:300]!r}") from None
+        logprobs = (choice.get("logprobs") or {}).get("content") or []
+        return Generation(
+            text=text, prompt_ids=list(data.get("prompt_token_ids") or []),
+            response_ids=list(choice.get("token_ids") or []),
+            logprobs=[float(token["logprob"]) for token in logprobs],
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    async def _complete(self, request: GenerationRequest) -> Generation:
+        with self._redacted():
+            async with self._slots.get():
+                data = await request_with_retries(
+                    self._client.get(), "POST", "/chat/completions", self.chat_body(request),
+                    timeout=self.timeout, max_retries=self.max_retries, backoff=self.backoff,
+                    error=OpenAIRequestError)
+            return self._generation(data)
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """One generation per request, in order; the requests run concurrently (at most
+        ``max_concurrency`` calls in flight)."""
+        return list(await asyncio.gather(*(self._complete(r) for r in requests)))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (idempotent)."""
+        self._slots.pop()
+        client = self._client.pop()
+        if client is not None:
+            await client.aclose()
