@@ -22,7 +22,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Any, Sequence
 
 import yaml
@@ -213,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (`kill`, `docker stop`) stops a command the way Ctrl-C does: cleanly, its
+        # sandboxes, servers and browsers closed, instead of ending Python on the spot.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
     return args.func(args)
 
 

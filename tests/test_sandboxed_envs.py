@@ -104,6 +104,7 @@ def play(env: Any, seed: int) -> list[Any]:
 def comparable(episode: Episode) -> dict[str, Any]:
     """An episode without its timings, as JSON values."""
     data = episode.to_dict()
+    data.pop("wall_time")
     for turn in data["turns"]:
         turn.pop("timings")
     return to_jsonable(data)

@@ -31,10 +31,22 @@ __all__ = [
     "SandboxError",
     "SandboxProcess",
     "SandboxWarning",
+    "host_dir_root",
 ]
 
 HOST_DIR_PREFIX = "agentgym-sb-"
-"""Per-sandbox host directories are ``<tempdir>/agentgym-sb-<owner pid>-<owner start>-<id>``."""
+"""Per-sandbox host directories are ``<root>/agentgym-sb-<owner tag>-<id>`` (root:
+:func:`host_dir_root`, owner tag: :attr:`~agentgym.sandbox.owner.Owner.tag`)."""
+
+ROOT_ENV = "AGENTGYM_SANDBOX_ROOT"
+
+
+def host_dir_root() -> Path:
+    """The directory where sandboxes' host directories are made: ``$AGENTGYM_SANDBOX_ROOT``,
+    else the temp directory. A process in a container that starts sibling containers (the
+    harness image) points it at a directory mounted at the same path as on the Docker host, so
+    that the bind-mount sources it hands to the daemon are host paths that it sees too."""
+    return Path(os.environ.get(ROOT_ENV) or tempfile.gettempdir())
 
 READ_FILE_MAX_BYTES = 64 << 20
 
@@ -165,7 +177,7 @@ class Sandbox(abc.ABC):
         self.id = secrets.token_hex(6)
         self.workdir = self.WORKDIR
         self.socket_dir = self.SOCKET_DIR
-        self.host_dir = Path(tempfile.gettempdir()) / f"{HOST_DIR_PREFIX}{self.owner.tag}-{self.id}"
+        self.host_dir = host_dir_root() / f"{HOST_DIR_PREFIX}{self.owner.tag}-{self.id}"
         # Inside directories that are host directories too, for direct file access from here.
         self._mounts: dict[str, Path] = {}
         self._started = False
@@ -346,14 +358,16 @@ class Sandbox(abc.ABC):
         }
 
     def _make_host_dirs(self, *names: str) -> dict[str, Path]:
-        """Create :attr:`host_dir` (mode 0700) with the given subdirectories."""
+        """Create :attr:`host_dir` (mode 0700; its root too, if missing) with the given
+        subdirectories."""
+        self.host_dir.parent.mkdir(parents=True, exist_ok=True)
         self.host_dir.mkdir(mode=0o700)
         dirs = {name: self.host_dir / name for name in names}
         for d in dirs.values():
             d.mkdir()
         if len(str(dirs.get("run", self.host_dir))) > 80:
             raise SandboxError(f"{self.host_dir} is too long for Unix socket paths (108 bytes): "
-                               "set TMPDIR to a shorter directory")
+                               f"set {ROOT_ENV} (or TMPDIR) to a shorter directory")
         return dirs
 
     def _remove_host_dir(self) -> None:

@@ -11,9 +11,17 @@ directly and reach Unix sockets without any network.
 
 Every container carries labels: ``agentgym.sandbox=1``, ``agentgym.owner.pid``,
 ``agentgym.owner.start``, ``agentgym.owner.host``, ``agentgym.created`` (unix seconds),
-``agentgym.hostdir`` and, if given, ``agentgym.session``. It is created with ``auto_remove``, so a
-container that dies removes itself; :meth:`DockerSandbox.close` force-removes; an exit hook
-removes every container this process created; :func:`remove_containers` removes leftovers.
+``agentgym.hostdir``, if given ``agentgym.session``, and ``agentgym.owner.container`` (the
+container's id) for an owner that runs in a container itself. It is created with
+``auto_remove``, so a container that dies removes itself; :meth:`DockerSandbox.close`
+force-removes; an exit hook removes every container this process created;
+:func:`remove_containers` removes leftovers.
+
+From inside a container (the harness image, ``containers/harness``) sandboxes are sibling
+containers of the same daemon, whose bind-mount sources are paths on the Docker host: the host
+directories' root (:func:`~agentgym.sandbox.base.host_dir_root`, ``$AGENTGYM_SANDBOX_ROOT``) must
+be a host directory mounted at the same path (``-v $D:$D -e AGENTGYM_SANDBOX_ROOT=$D``), which
+:meth:`DockerSandbox.start` checks.
 
 Docker exec has no timeout and no output cap: each command runs as
 ``sh -c 'echo $$ > <pid file>; exec "$@"'`` (Docker makes every exec a process-group leader),
@@ -40,6 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.sandbox.base import (
+    HOST_DIR_PREFIX,
+    ROOT_ENV,
     ExecResult,
     Sandbox,
     SandboxDeadError,
@@ -50,7 +60,7 @@ from agentgym.sandbox.base import (
 )
 from agentgym.sandbox.capture import OutputCapture
 from agentgym.sandbox.limits import SandboxLimits
-from agentgym.sandbox.owner import Owner, current_owner, owner_alive
+from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
 
 __all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_client",
            "remove_containers"]
@@ -143,6 +153,8 @@ class DockerSandbox(Sandbox):
                   "agentgym.created": f"{time.time():.3f}", "agentgym.hostdir": str(self.host_dir)}
         if self.session is not None:
             labels["agentgym.session"] = self.session
+        if self.owner.container is not None:
+            labels["agentgym.owner.container"] = self.owner.container
         return labels
 
     def start(self) -> DockerSandbox:
@@ -153,6 +165,7 @@ class DockerSandbox(Sandbox):
         errors = _errors()
         api = self._api
         _register_exit_hook()
+        _require_shared_root(api, self.host_dir.parent)
         dirs = self._make_host_dirs("work", "run")
         self._mounts = {self.WORKDIR: dirs["work"], self.SOCKET_DIR: dirs["run"]}
         mem = self.limits.memory_bytes
@@ -338,6 +351,34 @@ def build_command(image: str) -> str:
     return "agentgym build --offline-base" if m[1] == "base" else f"agentgym build {m[1]}"
 
 
+_shared_roots: set[Path] = set()
+
+
+def _require_shared_root(api: Any, root: Path) -> None:
+    """In a container, raise :class:`SandboxError` (saying how to start the container) unless
+    ``root`` is a bind mount of the same path on the Docker host, where sibling containers'
+    bind-mount sources are looked up. Nothing to check outside containers, or in one that the
+    daemon does not know (a remote daemon)."""
+    container = current_container()
+    if container is None or root in _shared_roots:
+        return
+    try:
+        mounts = api.inspect_container(container)["Mounts"]
+    except _errors().NotFound:
+        return
+    binds = [m for m in mounts if m.get("Type") == "bind" and root.is_relative_to(m["Destination"])]
+    if binds:
+        mount = max(binds, key=lambda m: len(Path(m["Destination"]).parts))
+        if Path(mount["Source"]) / root.relative_to(mount["Destination"]) == root:
+            _shared_roots.add(root)
+            return
+    raise SandboxError(
+        f"this process runs in container {container[:12]}, where the sandboxes' host directories "
+        f"({root}) are not a host directory mounted at the same path, so sibling containers "
+        f"cannot share them: start it with `-v $D:$D -e {ROOT_ENV}=$D` for a host directory $D "
+        "(see containers/harness/Dockerfile)")
+
+
 def _read_pid(path: Path) -> str | None:
     try:
         pid = path.read_text().strip()
@@ -417,7 +458,7 @@ def _drain(sock: socket.socket, timeout_s: float) -> None:
 
 def _owner_of(labels: Mapping[str, str]) -> Owner:
     return Owner(int(labels.get("agentgym.owner.pid", "0")), int(labels.get("agentgym.owner.start", "0")),
-                 labels.get("agentgym.owner.host", ""))
+                 labels.get("agentgym.owner.host", ""), labels.get("agentgym.owner.container"))
 
 
 def remove_containers(*, older_than_s: float = 0.0, only_dead_owners: bool = True,
@@ -437,7 +478,7 @@ def remove_containers(*, older_than_s: float = 0.0, only_dead_owners: bool = Tru
     for c in client.api.containers(all=True, filters={"label": filters}):
         labels = c.get("Labels") or {}
         who = _owner_of(labels)
-        if owner is not None and (who.pid, who.start, who.host) != (owner.pid, owner.start, owner.host):
+        if owner is not None and who != owner:
             continue
         if now - float(labels.get("agentgym.created", "0")) < older_than_s:
             continue
@@ -451,10 +492,18 @@ def remove_containers(*, older_than_s: float = 0.0, only_dead_owners: bool = Tru
             if exc.status_code != 409:
                 raise
         hostdir = labels.get("agentgym.hostdir", "")
-        if os.path.basename(hostdir).startswith("agentgym-sb-") and who.host == current_owner().host:
+        if _on_this_host(hostdir, who):
             shutil.rmtree(hostdir, ignore_errors=True)
         removed.append(c["Names"][0].lstrip("/") if c.get("Names") else c["Id"][:12])
     return removed
+
+
+def _on_this_host(hostdir: str, owner: Owner) -> bool:
+    """Whether ``hostdir`` (a container's ``agentgym.hostdir`` label) names a host directory of
+    ``owner``'s on this machine: the owner runs here, or in a container, whose host directories
+    are paths on the Docker host (see :func:`_require_shared_root`)."""
+    named = os.path.basename(hostdir).startswith(f"{HOST_DIR_PREFIX}{owner.tag}-")
+    return named and (owner.host == current_owner().host or owner.container is not None)
 
 
 _hook_lock = threading.Lock()

@@ -2,21 +2,23 @@
 
 A process that exits normally cleans up after itself (``close()`` and exit hooks). One that is
 SIGKILLed leaves containers (labelled ``agentgym.sandbox=1``), host directories
-(``<tempdir>/agentgym-sb-<pid>-<start>-<id>``) and cgroups (``.../agentgym/<pid>-<start>-<id>``);
-bubblewrap's processes die with their parent. Every one of them names its owner, so :func:`gc`
-can leave those of live processes alone.
+(``<root>/agentgym-sb-<pid>-<start>-<id>``, root: :func:`~agentgym.sandbox.base.host_dir_root`)
+and cgroups (``.../agentgym/<pid>-<start>-<id>``); bubblewrap's processes die with their parent.
+Every one of them names its owner, so :func:`gc` can leave those of live processes alone. An
+owner in a container (the harness image) is named by its container too: what a killed or
+stopped harness container left is removed by ``agentgym sandbox gc`` on the Docker host, what a
+running one uses is not.
 """
 
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentgym.sandbox.base import HOST_DIR_PREFIX, SandboxError
+from agentgym.sandbox.base import HOST_DIR_PREFIX, SandboxError, host_dir_root
 from agentgym.sandbox.cgroups import Cgroups, parent_dirs
 from agentgym.sandbox.owner import Owner, owner_alive
 
@@ -57,7 +59,8 @@ def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool
         only_dead_owners: only things whose creating process is gone (the safe default). With
             ``False``, live processes' sandboxes go too: run it from a fresh process only.
         docker: look at containers (skipped, and said so in the report, without a daemon).
-        local: look at host directories and cgroups.
+        local: look at host directories (under :func:`~agentgym.sandbox.base.host_dir_root`)
+            and cgroups.
     """
     report = GcReport()
     if docker:
@@ -70,7 +73,7 @@ def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool
             report.skipped.append(f"docker: {exc}")
     if local:
         now = time.time()
-        for path in sorted(Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")):
+        for path in sorted(host_dir_root().glob(f"{HOST_DIR_PREFIX}*")):
             owner = Owner.from_tag(path.name[len(HOST_DIR_PREFIX):])
             if path.is_dir() and _doomed(owner, now - path.stat().st_mtime, older_than_s,
                                          only_dead_owners):

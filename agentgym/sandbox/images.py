@@ -1,10 +1,13 @@
-"""``agentgym build``: container images for env families, built without network access.
+"""``agentgym build``: container images, built without network access.
 
-The host makes a wheelhouse (``pip wheel`` of agentgym and its core dependencies, plus the
-extras the family's envs declare) in a temporary build context, and each
-``containers/<family>/Dockerfile`` installs from it with ``pip install --no-index``. Images are
-tagged ``agentgym/<family>:<agentgym version>`` and ``:latest`` and labelled
-``agentgym.image=<family>``, ``agentgym.version``, ``agentgym.base`` and ``agentgym.source``
+Each ``containers/<name>/Dockerfile`` makes one image: an env family's (its env servers, for
+sandboxes) or the harness's (``containers/harness``: ``agentgym eval`` in a container, starting
+env sandboxes as sibling containers through the host's Docker socket). The host makes a
+wheelhouse (``pip wheel`` of agentgym and its core dependencies, plus the extras the images
+need: those the family's envs declare, or :data:`IMAGE_EXTRAS`) in a temporary build context,
+and each Dockerfile installs from it with ``pip install --no-index``. Images are
+tagged ``agentgym/<name>:<agentgym version>`` and ``:latest`` and labelled
+``agentgym.image=<name>``, ``agentgym.version``, ``agentgym.base`` and ``agentgym.source``
 (:func:`source_digest` of the sources baked in; :func:`image_matches_source` tells whether an
 image still runs the code of this checkout). Dockerfiles stay within
 the legacy builder (no BuildKit on the CI machines).
@@ -35,6 +38,7 @@ from agentgym.sandbox.base import SandboxError, SandboxWarning
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
+    "IMAGE_EXTRAS",
     "OFFLINE_BASE_IMAGE",
     "build_base_image",
     "build_images",
@@ -50,6 +54,9 @@ __all__ = [
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
 
+IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
+"""The extras of agentgym installed in the images that are not env families."""
+
 
 def containers_dir() -> Path:
     """The ``containers/`` directory: ``$AGENTGYM_CONTAINERS``, else the one next to the
@@ -63,7 +70,7 @@ def containers_dir() -> Path:
 
 
 def image_families() -> list[str]:
-    """Families with a ``containers/<family>/Dockerfile``."""
+    """The images with a ``containers/<name>/Dockerfile``: env families, and the harness."""
     return sorted(d.name for d in containers_dir().iterdir() if (d / "Dockerfile").is_file())
 
 
@@ -110,14 +117,19 @@ _PACKAGES = ("agentgym", "agentgym.envs", "agentgym.policies", "agentgym.trainer
 
 def source_digest() -> str:
     """sha256 (hex) of the ``.py`` and ``.yaml`` files of agentgym's packages as this process
-    finds them: what :func:`build_images` bakes into an image (a few ms)."""
+    finds them: what :func:`build_images` bakes into an image (a few ms). The same in a checkout
+    (where ``envs/`` and the others are top-level directories) and in an installed wheel (where
+    they lie inside ``agentgym/``): each file counts once, under its own package."""
     digest = hashlib.sha256()
     for name in _PACKAGES:
+        nested = {other.removeprefix(f"{name}.") for other in _PACKAGES if other.startswith(f"{name}.")}
         spec = importlib.util.find_spec(name)
         for root in (spec.submodule_search_locations or []) if spec else []:
             for path in sorted(Path(root).rglob("*")):
-                if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
-                    digest.update(f"{name}/{path.relative_to(root)}\0".encode())
+                relative = path.relative_to(root)
+                if (path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts
+                        and relative.parts[0] not in nested):
+                    digest.update(f"{name}/{relative}\0".encode())
                     digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -186,16 +198,20 @@ def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
     return sorted(dest.glob("*.whl"))
 
 
-def _family_extras(family: str) -> tuple[str, ...]:
-    return tuple(sorted({e for m in agentgym.list_envs().values() if m.family == family
+def _image_extras(name: str) -> tuple[str, ...]:
+    """The extras of agentgym that image ``name`` installs: :data:`IMAGE_EXTRAS`, else those
+    that the envs of family ``name`` declare."""
+    if name in IMAGE_EXTRAS:
+        return IMAGE_EXTRAS[name]
+    return tuple(sorted({e for m in agentgym.list_envs().values() if m.family == name
                          for e in m.extras}))
 
 
 def build_images(families: Sequence[str] | None = None, *, base_image: str = DEFAULT_BASE_IMAGE,
                  tag: str = __version__, client: Any = None,
                  log: Callable[[str], None] | None = None) -> dict[str, str]:
-    """Build ``agentgym/<family>:<tag>`` (and ``:latest``) for each family (default: every
-    :func:`image_families`); returns ``{family: image}``.
+    """Build ``agentgym/<family>:<tag>`` (and ``:latest``) for each family, or ``harness``
+    (default: every one of :func:`image_families`); returns ``{family: image}``.
 
     ``base_image`` is the ``BASE_IMAGE`` build argument; :data:`OFFLINE_BASE_IMAGE` is built
     first if missing. Raises :class:`SandboxError` with the build log's tail on failure.
@@ -217,14 +233,14 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
     source = source_digest()
     with tempfile.TemporaryDirectory(prefix="agentgym-build-") as tmp:
         context = Path(tmp)
-        extras = {e for f in families for e in _family_extras(f)}
+        extras = {e for f in families for e in _image_extras(f)}
         wheels = build_wheelhouse(context / "wheels", sorted(extras))
         say(f"wheelhouse: {len(wheels)} wheels")
         for family in families:
             shutil.copytree(containers_dir() / family, context / family)
             image = f"agentgym/{family}:{tag}"
-            family_extras = _family_extras(family)
-            requirement = f"agentgym[{','.join(family_extras)}]" if family_extras else "agentgym"
+            own_extras = _image_extras(family)
+            requirement = f"agentgym[{','.join(own_extras)}]" if own_extras else "agentgym"
             say(f"building {image} from {base_image}")
             previous = _image_id(client, image)
             try:
