@@ -66,7 +66,7 @@ def main() -> None:
                           "-" if sandbox is None else str(sessions), str(episodes),
                           f"{seconds:.2f}", f"{rate:.1f}",
                           f"{rate / baseline[workers]:.0%}" if workers in baseline else "-")
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 if __name__ == "__main__":
