@@ -213,12 +213,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM (`kill`, `docker stop`) stops a command the way Ctrl-C does: cleanly, its
+    sandboxes, servers and browsers closed, instead of ending Python on the spot. The SIGINT
+    handler in place runs (inside ``asyncio.run``, the one that cancels the loop's main task in
+    order); where SIGINT is ignored (a background job), KeyboardInterrupt is raised."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        raise KeyboardInterrupt
+    handler(signal.SIGINT, frame)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
-        # SIGTERM (`kill`, `docker stop`) stops a command the way Ctrl-C does: cleanly, its
-        # sandboxes, servers and browsers closed, instead of ending Python on the spot.
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _terminate)
     return args.func(args)
 
 
