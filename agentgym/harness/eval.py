@@ -331,7 +331,6 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
     seats = set(run.cfg.seats)
     mine = [e for e in run.episodes
             if "seats" not in e.tags or not seats or e.agent in seats]
-    done = sum(len(v) for v in run.store.done.values())
     resumed = run.store.resumed
     return {
         "suite": suite.name,
@@ -341,7 +340,6 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
         "planned": suite.units,
         "complete": len(run.store.done) == suite.units,
         "resumed": None if resumed is None else vars(resumed),
-        "stored_episodes": done,
         **summarize(mine),
         "entries": entries,
     }

@@ -35,7 +35,7 @@ from rich.markup import escape as markup_escape
 
 from agentgym.episode import Episode
 from agentgym.harness.stats import FAILURE_CATEGORIES, breakdown, failure_category, summarize
-from agentgym.harness.store import RunDirError
+from agentgym.harness.store import RunDirError, entry_of, read_episodes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -102,25 +102,9 @@ def load_run(run_dir: Path) -> Run:
     except yaml.YAMLError as exc:
         raise RunDirError(f"{run_dir / 'config.yaml'}: not YAML: "
                           f"{str(exc).splitlines()[0]}") from exc
-    episodes, skipped = [], 0
-    with open(run_dir / "episodes.jsonl", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                episodes.append(Episode.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, TypeError, AttributeError):
-                skipped += 1
-    return Run(run_dir, config if isinstance(config, dict) else {}, episodes, skipped)
-
-
-def entry_of(episode: Episode) -> str:
-    """The suite entry of ``episode`` (``tags["entry"]``), else its ``env_id``."""
-    return episode.tags.get("entry") or episode.env_id
-
-
-# ---------------------------------------------------------------------------------------------
-# Formatting and HTML helpers
+    read, skipped = read_episodes(run_dir / "episodes.jsonl")
+    return Run(run_dir, config if isinstance(config, dict) else {}, [e for _, e in read],
+               skipped)
 
 
 def _pct(x: float | None) -> str:

@@ -35,7 +35,7 @@ import yaml
 from agentgym.episode import Episode
 
 __all__ = ["RESULT_NEUTRAL_KEYS", "RunConfigMismatch", "RunDirError", "RunStore", "config_diff",
-           "unit_key"]
+           "entry_of", "read_episodes", "unit_key"]
 
 RESULT_NEUTRAL_KEYS = frozenset({
     "workers", "progress", "out_dir", "sandbox", "sandbox_warm", "sandbox_sessions",
@@ -82,10 +82,33 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             and not any(k.startswith(n + ".") for n in RESULT_NEUTRAL_KEYS)]
 
 
+def entry_of(episode: Episode) -> str:
+    """The suite entry that ran ``episode`` (``tags["entry"]``; its env id for episodes saved
+    without one)."""
+    return episode.tags.get("entry", episode.env_id)
+
+
+def read_episodes(path: Path) -> tuple[list[tuple[str, Episode]], int]:
+    """The readable lines of a run's ``episodes.jsonl`` as ``(line, episode)`` pairs, and how
+    many lines were dropped: unreadable ones, and a last line without its newline (a write cut
+    short by a kill). A missing file reads as empty."""
+    raw = path.read_bytes() if path.exists() else b""
+    read, dropped = [], int(bool(raw) and not raw.endswith(b"\n"))
+    for line in raw.split(b"\n")[:-1]:  # after the last newline: a torn line or nothing
+        if not line.strip():
+            continue
+        try:
+            text = line.decode("utf-8")
+            read.append((text, Episode.from_dict(json.loads(text))))
+        except (UnicodeDecodeError, ValueError, TypeError, AttributeError):
+            dropped += 1
+    return read, dropped
+
+
 def unit_key(episode: Episode) -> str:
     """The key of the unit ``episode`` belongs to (see the module documentation). Game episodes
     (``tags["seats"]`` set) drop their agent from the group."""
-    entry = episode.tags.get("entry", episode.env_id)
+    entry = entry_of(episode)
     group, _, member = episode.episode_id.rpartition("#")
     if "seats" in episode.tags:
         group = group.removesuffix(f"|{episode.agent}")
@@ -160,18 +183,11 @@ class RunStore:
         """The finished units of ``file``, which is rewritten to hold exactly them."""
         units: dict[str, list[Episode]] = defaultdict(list)
         lines: dict[str, list[str]] = defaultdict(list)
-        raw = file.read_bytes() if file.exists() else b""
-        for line in raw.split(b"\n")[:-1]:  # after the last newline: a torn line or nothing
-            try:
-                text = line.decode("utf-8")
-                episode = Episode.from_dict(json.loads(text))
-            except (UnicodeDecodeError, ValueError, TypeError, AttributeError):
-                resumed.torn += 1
-                continue
+        read, resumed.torn = read_episodes(file)
+        for text, episode in read:
             key = unit_key(episode)
             units[key].append(episode)
             lines[key].append(text)
-        resumed.torn += bool(raw) and not raw.endswith(b"\n")
         done = {k: eps for k, eps in units.items() if _complete(eps)}
         resumed.kept, resumed.retried = len(done), len(units) - len(done)
         _write_atomic(file, "".join(line + "\n" for k in done for line in lines[k]))
