@@ -32,6 +32,7 @@ the group is killed with a second exec. The image needs ``/bin/sh`` and ``sleep`
 from __future__ import annotations
 
 import atexit
+import errno
 import functools
 import os
 import re
@@ -130,6 +131,7 @@ class DockerSandbox(Sandbox):
     """
 
     backend = "docker"
+    KILL_FIFO = ".kill"  # in the socket dir: process groups for the container's killer
 
     def __init__(self, image: str, limits: SandboxLimits | None = None, *,
                  session: str | None = None, user: str | None = None, client: Any = None) -> None:
@@ -168,6 +170,7 @@ class DockerSandbox(Sandbox):
         _require_shared_root(api, self.host_dir.parent)
         dirs = self._make_host_dirs("work", "run")
         self._mounts = {self.WORKDIR: dirs["work"], self.SOCKET_DIR: dirs["run"]}
+        os.mkfifo(dirs["run"] / self.KILL_FIFO, 0o600)
         mem = self.limits.memory_bytes
         host_config = api.create_host_config(
             init=True, auto_remove=True, read_only=True,
@@ -180,7 +183,8 @@ class DockerSandbox(Sandbox):
         )
         try:
             created = api.create_container(
-                self.image, entrypoint=["sleep", "infinity"], command=[], name=f"agentgym-{self.id}",
+                self.image, entrypoint=["sh", "-c", _KILLER, f"{self.SOCKET_DIR}/{self.KILL_FIFO}"],
+                command=[], name=f"agentgym-{self.id}",
                 user=self.user, working_dir=self.WORKDIR, environment=self._base_env(),
                 labels=self.labels(), host_config=host_config, network_disabled=not self.limits.network)
             self.container_id = created["Id"]
@@ -244,11 +248,18 @@ class DockerSandbox(Sandbox):
         return f"{self.SOCKET_DIR}/{name}", self._mounts[self.SOCKET_DIR] / name
 
     def _kill_group(self, pid_file: Path, wait_s: float = 2.0) -> None:
-        """SIGKILL the process group whose leader wrote ``pid_file`` (waiting for it to appear)."""
+        """SIGKILL the process group whose leader wrote ``pid_file`` (waiting for it to appear).
+
+        The container's main process does the killing (:data:`_KILLER`), so it works when the
+        group has used every pid the limit allows and no ``docker exec`` can start; an exec is
+        the fallback if the killer does not answer."""
         deadline = time.monotonic() + wait_s
         while not (pid := _read_pid(pid_file)) and time.monotonic() < deadline:
             time.sleep(0.01)
         if not pid:
+            return
+        if _write_fifo(self._mounts[self.SOCKET_DIR] / self.KILL_FIFO, f"{pid}\n".encode(),
+                       deadline=time.monotonic() + 1.0):
             return
         try:
             exec_id = self._exec_create(["sh", "-c", 'kill -s KILL -- "-$1"', "sh", pid], None,
@@ -377,6 +388,29 @@ def _require_shared_root(api: Any, root: Path) -> None:
         f"({root}) are not a host directory mounted at the same path, so sibling containers "
         f"cannot share them: start it with `-v $D:$D -e {ROOT_ENV}=$D` for a host directory $D "
         "(see containers/harness/Dockerfile)")
+
+
+# The container's main process: reads process-group ids from a FIFO and SIGKILLs each group.
+# `read` and `kill` are shell builtins, so it needs no new pid (a fork bomb may hold them all).
+_KILLER = 'while :; do while read -r g; do kill -s KILL -- "-$g"; done < "$0"; done'
+
+
+def _write_fifo(path: Path, data: bytes, deadline: float) -> bool:
+    """Write ``data`` to the FIFO at ``path`` once a reader has it open; False at ``deadline``."""
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:  # ENXIO: the reader is between two opens
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+            continue
+        try:
+            return os.write(fd, data) == len(data)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
 
 
 def _read_pid(path: Path) -> str | None:
