@@ -127,6 +127,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_index(args: argparse.Namespace) -> int:
+    import time
+
+    from agentgym.envs.search.corpus import read_passages
+    from agentgym.envs.search.index import BM25Index
+
+    started = time.perf_counter()
+    try:
+        with console.status(f"indexing {args.corpus}"):
+            index = BM25Index.build(read_passages(args.corpus), args.out_dir,
+                                    overwrite=args.overwrite)
+    except (FileNotFoundError, FileExistsError, ValueError) as exc:
+        console.print(f"[red]agentgym index:[/red] {exc}", highlight=False)
+        return 2
+    console.print(f"indexed {len(index)} passages into {args.out_dir} in "
+                  f"{time.perf_counter() - started:.1f} s", highlight=False)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     return server_main.run(args)
 
@@ -187,6 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a policy with RL (Hydra overrides)")
     p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")
     p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("index", help="build a BM25 index of a passage corpus (search envs)")
+    p.add_argument("corpus", help="passages as JSONL: id, title, text (or FlashRAG's contents)")
+    p.add_argument("out_dir", help="index directory to create")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing index")
+    p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
     server_main.add_arguments(p)

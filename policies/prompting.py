@@ -9,7 +9,8 @@ The chat has the shape that multi-turn agents are trained on::
     user:      current observation (+ admissible actions when the env lists them)
 
 An action is the content of the last ``<action>...</action>`` in a response (the tag is
-configurable). With ``bare_actions=True`` a response without the tag that is, as a whole, one of
+configurable; a family may instead hand the whole response to the env, which then parses its own
+format, as the search family's ``<search>``/``<answer>`` does). With ``bare_actions=True`` a response without the tag that is, as a whole, one of
 the env's admissible actions (compared by :func:`~agentgym.env.match_action`) is accepted too:
 small models often answer "go to bed 1" and nothing else. Any other response has a broken format: the turn is marked invalid and the env
 receives an empty action, which every env answers as invalid, so that the episode clock still
@@ -23,18 +24,44 @@ from typing import Sequence
 
 from agentgym.env import extract_tag, match_action
 
-__all__ = ["FAMILY_PROMPTS", "Prompter"]
+__all__ = ["FAMILY_PROMPTS", "FamilyPrompt", "Prompter"]
 
 _FORMAT = (
     "Think briefly if you need to, then give exactly one action inside "
     "<{tag}></{tag}>, for example <{tag}>{example}</{tag}>."
 )
 
-FAMILY_PROMPTS: dict[str, tuple[str, str]] = {
-    # family: (role description, example action)
-    "textgames": ("You are an expert player of text games. Each turn you see the game's "
-                  "answer to your last action.", "look"),
-    "misc": ("You are an agent that solves tasks step by step in a text environment.", "look"),
+
+@dataclass(frozen=True)
+class FamilyPrompt:
+    """How agents of one env family are told to act."""
+
+    role: str
+    """The role description that opens the system message."""
+    example: str = "look"
+    """An example action, shown in the answer-format line."""
+    action_tag: str = "action"
+    """The tag actions are written in; ``""``: the whole response is the action, the env parses
+    its own format (explained by ``response_format``)."""
+    response_format: str = ""
+    """The answer-format line for ``action_tag=""`` families."""
+    answer_template: str | None = None
+    """Where a final answer goes in a response (``{}`` marks it; IGPO scores the ground truth
+    there); ``None``: the action format."""
+
+
+FAMILY_PROMPTS: dict[str, FamilyPrompt] = {
+    "textgames": FamilyPrompt("You are an expert player of text games. Each turn you see the "
+                              "game's answer to your last action."),
+    "search": FamilyPrompt(
+        "You answer questions by searching a collection of documents.",
+        action_tag="",
+        response_format=(
+            "Each reply does one thing. To search, write <search>your query</search>; the top "
+            "documents come back in the next message. When you know the answer, write "
+            "<answer>the answer</answer> with a few words only."),
+        answer_template="<answer>{}</answer>"),
+    "misc": FamilyPrompt("You are an agent that solves tasks step by step in a text environment."),
 }
 
 
@@ -45,7 +72,9 @@ class Prompter:
     family: str = "misc"
     history: int | None = 2
     """Past turns kept in the prompt (verl-agent uses 2); ``None`` keeps all of them."""
-    action_tag: str = "action"
+    action_tag: str | None = None
+    """The tag actions are written in; ``None``: the family's (``action`` for most; ``""`` hands
+    the whole response to the env)."""
     show_admissible: bool = True
     """Append the env's ``admissible_actions`` (when given) to the current observation."""
     system_prompt: str | None = None
@@ -65,13 +94,28 @@ class Prompter:
             raise ValueError(f"examples must be (observation, response) pairs of strings, "
                              f"got {self.examples!r:.120}")
         object.__setattr__(self, "examples", examples)
+        if self.action_tag is None:
+            object.__setattr__(self, "action_tag", self._family.action_tag)
+
+    @property
+    def _family(self) -> FamilyPrompt:
+        return FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
+
+    @property
+    def answer_template(self) -> str:
+        """Where a final answer goes in a response, ``{}`` marking it (what IGPO scores)."""
+        if self._family.answer_template is not None and self.action_tag == self._family.action_tag:
+            return self._family.answer_template
+        return "{}" if self.bare_actions else self.format_action("{}")
 
     def system(self, instruction: str) -> str:
         if self.system_prompt is not None:
             text = self.system_prompt
         else:
-            role, example = FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
-            text = f"{role}\n{_FORMAT.format(tag=self.action_tag, example=example)}"
+            family = self._family
+            form = (_FORMAT.format(tag=self.action_tag, example=family.example) if self.action_tag
+                    else family.response_format)
+            text = f"{family.role}\n{form}"
         return text + (f"\n\nYour task: {instruction}" if instruction else "")
 
     def user(self, observation: str, admissible: Sequence[str] | None = None) -> str:
@@ -98,7 +142,10 @@ class Prompter:
 
     def parse(self, response: str, admissible: Sequence[str] | None = None) -> str | None:
         """The action in ``response``, or ``None`` when the format is broken. ``admissible``
-        (the env's ``admissible_actions``) is consulted only with ``bare_actions``."""
+        (the env's ``admissible_actions``) is consulted only with ``bare_actions``. With
+        ``action_tag=""`` the action is the whole response."""
+        if not self.action_tag:
+            return response
         action = extract_tag(response, self.action_tag)
         if action is None and self.bare_actions and admissible:
             action = match_action(response, admissible)
@@ -106,4 +153,4 @@ class Prompter:
 
     def format_action(self, action: str) -> str:
         """A response that carries ``action`` in this prompter's format (for scripted policies)."""
-        return f"<{self.action_tag}>{action}</{self.action_tag}>"
+        return f"<{self.action_tag}>{action}</{self.action_tag}>" if self.action_tag else action

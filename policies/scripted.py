@@ -15,8 +15,11 @@ Act = Callable[[str, dict[str, Any]], str]
 """``act(observation, info) -> action``."""
 
 
-def _respond(action: str, tag: str) -> Generation:
-    return Generation(text=f"<{tag}>{action}</{tag}>", finish_reason="stop")
+def _respond(action: str, tag: str | None) -> Generation:
+    """``action`` in ``<tag>`` (``None``: ``<action>``, which an env that parses the whole
+    response also accepts around its own format; ``""``: bare)."""
+    tag = "action" if tag is None else tag
+    return Generation(text=f"<{tag}>{action}</{tag}>" if tag else action, finish_reason="stop")
 
 
 def _admissible(info: dict[str, Any], who: str) -> list[str]:
@@ -64,7 +67,7 @@ class ScriptedPolicy:
     bad string fails at construction; e.g. ``"agentgym.policies.scripted:first_admissible"``.
     """
 
-    def __init__(self, act: Act | str, action_tag: str = "action"):
+    def __init__(self, act: Act | str, action_tag: str | None = "action"):
         self.act = resolve_act(act)
         self.action_tag = action_tag
 
@@ -79,7 +82,7 @@ class RandomPolicy:
     any scheduling); otherwise it comes from the policy's own generator seeded by ``seed``.
     """
 
-    def __init__(self, seed: int | None = None, action_tag: str = "action"):
+    def __init__(self, seed: int | None = None, action_tag: str | None = "action"):
         self.rng = np.random.default_rng(seed)
         self.action_tag = action_tag
 

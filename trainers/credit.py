@@ -36,6 +36,7 @@ __all__ = [
     "gigpo",
     "grpo",
     "igpo",
+    "information_gains",
     "reinforce_pp",
     "rloo",
     "spa",
@@ -322,6 +323,21 @@ def gigpo(
 # --- IGPO --------------------------------------------------------------------------------------
 
 
+def information_gains(table: TurnTable, scores: Array, initial_scores: Array, *,
+                      basis: Literal["logprob", "prob"] = "logprob") -> Array:
+    """IGPO's step 1 per row: r^IG_t = v_t - v_{t-1} (``basis="prob"``: exp(v_t) - exp(v_{t-1})),
+    with v_0 from ``initial_scores``. The last turn's value is unused by :func:`igpo`."""
+    v = _per_row(table, "scores", scores)
+    v0 = _per_episode(table, "initial_scores", initial_scores)
+    first = table.turn == 0
+    previous = np.empty_like(v)
+    previous[first] = v0[table.episode[first]]
+    previous[~first] = v[np.flatnonzero(~first) - 1]  # rows of an episode are consecutive
+    if basis == "prob":
+        v, previous = np.exp(v), np.exp(previous)
+    return v - previous
+
+
 def igpo(
     table: TurnTable,
     scores: Array,
@@ -351,18 +367,11 @@ def igpo(
     if basis not in ("logprob", "prob") or norm not in ("separate", "joint"):
         raise ValueError(f"basis must be 'logprob'|'prob' and norm 'separate'|'joint', got "
                          f"{basis!r}, {norm!r}")
-    v = _per_row(table, "scores", scores)
-    v0 = _per_episode(table, "initial_scores", initial_scores)
+    gains = information_gains(table, scores, initial_scores, basis=basis)
     final = _per_episode(table, "outcome",
                          table.episode_outcome if outcome is None else outcome)
-    first = table.turn == 0
-    previous = np.empty_like(v)
-    previous[first] = v0[table.episode[first]]
-    previous[~first] = v[np.flatnonzero(~first) - 1]  # rows of an episode are consecutive
-    if basis == "prob":
-        v, previous = np.exp(v), np.exp(previous)
     last = table.turn == table.episode_length[table.episode] - 1
-    rewards = np.where(last, final[table.episode], v - previous)
+    rewards = np.where(last, final[table.episode], gains)
 
     # Step 3: one segment per (group, kind) for "separate", one per group for "joint".
     segments = table.group * 2 + last if norm == "separate" else table.group

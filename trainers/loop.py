@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,6 +54,8 @@ class TrainConfig:
 
     env: str = "agentgym/Sokoban-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Merged over ``env_kwargs`` for the held-out evaluation, e.g. ``{split: dev}``."""
     estimator: str = "gigpo"
     """An :data:`ESTIMATORS` key, ``"ppo"`` (GAE on a value head; turns on
     ``learner.value_head``), ``"igpo"`` or ``"spa"``."""
@@ -63,8 +65,9 @@ class TrainConfig:
     newest episodes (its contributions are computed with the last fitted head in between)."""
     answer_template: str | None = None
     """With ``estimator="igpo"``: where the policy writes its final answer, ``{}`` marking the
-    answer (the ground truth is scored there); default: the prompter's action format, e.g.
-    ``<action>{}</action>``, or ``{}`` with ``bare_actions``."""
+    answer (the ground truth is scored there); default: the prompter's
+    :attr:`~agentgym.policies.prompting.Prompter.answer_template`, e.g. ``<answer>{}</answer>``
+    for search, ``<action>{}</action>`` for most families, ``{}`` with ``bare_actions``."""
     steps: int = 20
     groups_per_step: int = 8
     group_size: int = 8
@@ -87,6 +90,9 @@ class TrainConfig:
     out_dir: str = "runs/train"
     resume: bool = False
     progress: bool = True
+    compare_with: str | None = None
+    """After the run, train the same budget with this estimator (e.g. ``"grpo"``) into
+    ``<out_dir>-<estimator>`` and draw both held-out curves in ``<out_dir>/comparison.png``."""
 
     def __post_init__(self) -> None:
         if self.generator not in ("hf", "vllm"):
@@ -105,9 +111,11 @@ class TrainConfig:
             Prompter(**self.prompt)
         except TypeError as exc:
             raise ValueError(f"bad prompt options {sorted(self.prompt)}: {exc}") from None
-        if self.estimator not in ESTIMATORS and self.estimator not in _WITH_SCORERS:
-            raise ValueError(f"unknown estimator {self.estimator!r}; choose one of "
-                             f"{sorted(ESTIMATORS) + list(_WITH_SCORERS)}")
+        for name in ("estimator", "compare_with"):
+            value = getattr(self, name)
+            if value is not None and value not in ESTIMATORS and value not in _WITH_SCORERS:
+                raise ValueError(f"unknown {name} {value!r}; choose one of "
+                                 f"{sorted(ESTIMATORS) + list(_WITH_SCORERS)}")
         if self.estimator == "ppo":
             self.learner.value_head = True
         if self.answer_template is not None and "{}" not in self.answer_template:
@@ -120,15 +128,28 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build from a plain dict (e.g. a resolved Hydra config); unknown keys raise."""
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls)} | {"trainer"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown training option(s) {unknown}")
         values = dict(data)
+        values.pop("trainer", None)  # train.yaml's other name for the estimator (it sets it)
         learner = dict(values.pop("learner", {}) or {})
         if "lora_targets" in learner:
             learner["lora_targets"] = tuple(learner["lora_targets"])
         return cls(learner=LearnerConfig(**learner), **values)
+
+
+def _gain_metrics(table: TurnTable, gains: np.ndarray) -> dict[str, float]:
+    """Mean information gain of the turns that are not an episode's last, overall
+    (``ig/mean``) and by turn number (``ig/turn_1``, ...)."""
+    scored = table.turn < table.episode_length[table.episode] - 1
+    if not scored.any():
+        return {}
+    out = {"ig/mean": float(gains[scored].mean())}
+    for t in np.unique(table.turn[scored]):
+        out[f"ig/turn_{int(t) + 1}"] = float(gains[scored & (table.turn == t)].mean())
+    return out
 
 
 def _success(episodes: list[Episode]) -> float | None:
@@ -177,17 +198,19 @@ class Trainer:
                      if ln.strip() and json.loads(ln)["step"] < keep_below]
             path.write_text("".join(ln + "\n" for ln in lines))
 
-    async def _collect(self, tasks: list[Task], group_size: int, temperature: float
-                       ) -> list[Episode]:
+    async def _collect(self, tasks: list[Task], group_size: int, temperature: float,
+                       env_kwargs: dict[str, Any] | None = None) -> list[Episode]:
         return await acollect(
             self.cfg.env, self.policy, tasks, group_size=group_size, max_turns=self.cfg.max_turns,
             concurrency=self.cfg.concurrency, prompter=self.prompter,
             sampling=SamplingParams(max_tokens=self.cfg.max_tokens, temperature=temperature),
-            env_kwargs=self.cfg.env_kwargs, progress=self.cfg.progress)
+            env_kwargs=self.cfg.env_kwargs if env_kwargs is None else env_kwargs,
+            progress=self.cfg.progress)
 
     async def evaluate(self) -> float | None:
         tasks = [Task(None, self.cfg.eval_seed + i) for i in range(self.cfg.eval_tasks)]
-        return _success(await self._collect(tasks, 1, self.cfg.eval_temperature))
+        return _success(await self._collect(tasks, 1, self.cfg.eval_temperature,
+                                            self.cfg.env_kwargs | self.cfg.eval_env_kwargs))
 
     async def step(self, k: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -204,10 +227,11 @@ class Trainer:
             if cfg.estimator == "spa":
                 advantages = self._spa_advantages(k, scored, table)
             elif cfg.estimator == "igpo":
-                advantages = self._igpo_advantages(scored, table)
+                advantages, gains = self._igpo_advantages(scored, table)
             else:
                 advantages = ESTIMATORS[cfg.estimator](table, **cfg.estimator_kwargs)
             rows = rows_from_episodes(scored, advantages)
+        gain_metrics = _gain_metrics(table, gains) if cfg.estimator == "igpo" else {}
         update = self.learner.update(rows)
         await push_weights(self.learner, self.policy, self.out / "pushed")
         done = time.perf_counter()
@@ -221,6 +245,7 @@ class Trainer:
             "response_length": tokens / max(len(table), 1),
             "collect_s": collected - started, "update_s": done - collected,
             "update_tokens_per_s": update.get("tokens", 0.0) / max(done - collected, 1e-9),
+            **gain_metrics,
             **{f"update/{k2}": v for k2, v in update.items()},
         }
 
@@ -255,21 +280,25 @@ class Trainer:
         return credit.spa(table, estimator.contributions(features), estimator="group",
                           **self.cfg.estimator_kwargs)
 
-    def _igpo_advantages(self, episodes: list[Episode], table: TurnTable) -> np.ndarray:
+    def _igpo_advantages(self, episodes: list[Episode], table: TurnTable
+                         ) -> tuple[np.ndarray, np.ndarray]:
         """IGPO: the current policy's log-probability of each episode's ground truth after every
-        turn, as information-gain rewards beside the outcome (``credit.igpo``)."""
+        turn, as information-gain rewards beside the outcome (``credit.igpo``). Returns the
+        advantages and the raw information gains per row."""
         missing = [e.episode_id for e in episodes if e.ground_truth is None]
         if missing:
             raise ValueError(f"estimator=igpo needs info['ground_truth'] from the env; "
                              f"{self.cfg.env} gave none for {len(missing)} episode(s), e.g. "
                              f"{missing[0]!r}")
-        template = self.cfg.answer_template or (
-            "{}" if self.prompter.bare_actions else self.prompter.format_action("{}"))
+        template = self.cfg.answer_template or self.prompter.answer_template
         scores, initial = answer_scores(
             self.learner.model, self.policy.tokenizer, self.prompter, episodes,
             [str(e.ground_truth) for e in episodes], template=template,
             token_budget=self.cfg.learner.micro_batch_tokens)
-        return credit.igpo(table, scores, initial, **self.cfg.estimator_kwargs)
+        kwargs = self.cfg.estimator_kwargs
+        gains = credit.information_gains(table, scores, initial,
+                                         basis=kwargs.get("basis", "logprob"))
+        return credit.igpo(table, scores, initial, **kwargs), gains
 
     def checkpoint(self, step: int) -> None:
         """Everything a resume needs: the learner's state, the step, SPA's estimator."""
@@ -306,7 +335,8 @@ def _tensorboard(logdir: Path, start_step: int) -> Any:
 
 
 def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: float = 0.0) -> None:
-    """Train and held-out success per step, and the policy loss, as a PNG."""
+    """Train and held-out success per step, the policy loss and, for IGPO, the mean
+    information gain per turn number, as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -316,7 +346,10 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
     evals = [(r["step"] + 1, r["eval_success"]) for r in records
              if r.get("eval_success") is not None]  # evaluated after the step's update
     records = [r for r in records if r["step"] >= 0]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    gain_keys = sorted({k for r in records for k in r if k.startswith("ig/turn_")},
+                       key=lambda k: int(k.rsplit("_", 1)[1]))
+    fig, axes = plt.subplots(1, 3 if gain_keys else 2, figsize=(15 if gain_keys else 10, 4))
+    ax1, ax2 = axes[0], axes[1]
     steps = [r["step"] for r in records]
     ax1.plot(steps, [r["train_success"] for r in records], label="train (sampled)", marker=".")
     if evals:
@@ -328,6 +361,14 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
     ax2.plot(steps, [r.get("update/entropy") for r in records], label="entropy")
     ax2.set(xlabel="step", title="Update")
     ax2.legend()
+    if gain_keys:
+        for key in gain_keys:
+            ax = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+            axes[2].plot(*zip(*ax), marker=".", label=f"turn {key.rsplit('_', 1)[1]}")
+        axes[2].axhline(0.0, color="grey", lw=0.8)
+        axes[2].set(xlabel="update step", ylabel="mean v_t - v_(t-1) (nats)",
+                    title="Information gain per turn")
+        axes[2].legend()
     fig.tight_layout()
     tmp = png_path.with_name(png_path.name + ".tmp.png")
     fig.savefig(tmp, dpi=100)
@@ -363,4 +404,43 @@ async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
 
 
 def train(cfg: TrainConfig) -> list[dict[str, Any]]:
-    return asyncio.run(atrain(cfg))
+    """Run (or resume) training, then the ``compare_with`` run if asked; the metric records of
+    the main run's steps run now."""
+    records = asyncio.run(atrain(cfg))
+    if cfg.compare_with is not None:
+        other = replace(cfg, estimator=cfg.compare_with, compare_with=None,
+                                    out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}")
+        console.print(f"comparison run: estimator={other.estimator} into {other.out_dir}")
+        asyncio.run(atrain(other))
+        plot_comparison({cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
+                        Path(cfg.out_dir) / "comparison.png")
+    return records
+
+
+def plot_comparison(runs: dict[str, Path], png_path: Path) -> None:
+    """Held-out and train success per step of several runs (label -> run directory)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    for label, run in runs.items():
+        records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()
+                   if ln.strip()]
+        evals = [(r["step"] + 1, r["eval_success"]) for r in records
+                 if r.get("eval_success") is not None]
+        if evals:
+            ax1.plot(*zip(*evals), marker="o", label=label)
+        trained = [(r["step"], r["mean_return"]) for r in records
+                   if r["step"] >= 0 and r.get("mean_return") is not None]
+        if trained:
+            ax2.plot(*zip(*trained), marker=".", label=label)
+    ax1.set(xlabel="update step", ylabel="success rate", ylim=(-0.02, 1.02),
+            title="Held-out success")
+    ax2.set(xlabel="update step", ylabel="mean episode return", title="Training return")
+    ax1.legend()
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(png_path, dpi=100)
+    plt.close(fig)

@@ -28,7 +28,7 @@ import uvicorn
 
 from agentgym.server.app import ServerConfig, create_app
 
-__all__ = ["serve"]
+__all__ = ["serve", "serve_app"]
 
 #: Seconds a graceful shutdown waits for calls in flight before closing the envs anyway.
 GRACEFUL_SHUTDOWN_S = 10
@@ -80,7 +80,15 @@ def serve(
         env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
         allow_entry_points=allow_entry_points,
     )
-    app = create_app(config)
+    serve_app(create_app(config), host, port, uds=uds, ready_file=ready_file,
+              log_level=log_level)
+
+
+def serve_app(app: Any, host: str = "127.0.0.1", port: int = 8000, *,
+              uds: str | os.PathLike[str] | None = None,
+              ready_file: str | os.PathLike[str] | None = None, log_level: str = "warning") -> None:
+    """Serve any ASGI ``app`` with the readiness and shutdown contract of the module documentation
+    (blocking); arguments as for :func:`serve`. The retrieval service uses it too."""
     _log_like_uvicorn(log_level)
     sock = _bind_unix(Path(uds)) if uds is not None else _bind_tcp(host, port)
     uv_config = uvicorn.Config(

@@ -1,0 +1,27 @@
+"""Search: answer questions by querying a retriever over several turns (Search-R1, IGPO).
+
+- :mod:`~agentgym.envs.search.world`: a generated encyclopedia of fictional entities with
+  multi-hop questions (no model can answer them from memory);
+- :mod:`~agentgym.envs.search.corpus`: passages and questions from JSONL files in the formats
+  people already have (Search-R1, FlashRAG);
+- :mod:`~agentgym.envs.search.index`: a BM25 index built once (``agentgym index``) and
+  memory-mapped at load, with batched retrieval;
+- :mod:`~agentgym.envs.search.service`: the same retriever as an HTTP service;
+- :mod:`~agentgym.envs.search.rewards`: answer normalization, exact match and word F1;
+- :mod:`~agentgym.envs.search.env`: ``agentgym/SearchQA-v0``.
+"""
+
+from agentgym.registry import EnvManifest, register as _register
+
+
+def register() -> None:
+    """Entry point of the ``agentgym.envs`` group: registers the search envs."""
+    _register(
+        "agentgym/SearchQA-v0",
+        "agentgym.envs.search.env:SearchQAEnv",
+        manifest=EnvManifest(
+            description="Multi-hop question answering by searching a local BM25 index",
+            family="search",
+            extras=("search",),
+        ),
+    )

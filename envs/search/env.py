@@ -1,0 +1,248 @@
+"""``agentgym/SearchQA-v0``: answer a question by searching a passage collection over turns.
+
+Every reply of the agent does one thing, in the format of Search-R1:
+
+- ``<search>query</search>``: the observation lists the top ``top_k`` passages for the query
+  (``Doc 1 (Title: ...) text``, inside ``<information>...</information>``);
+- ``<answer>...</answer>``: ends the episode; the reward is the answer's word F1 (``reward="f1"``,
+  default) or exact match (``"em"``) against the gold answers, after SQuAD normalization.
+
+A reply with neither tag, both, an empty tag, or a query over
+:data:`~agentgym.envs.search.index.MAX_QUERY_CHARS` characters is invalid: the observation says
+why, ``info["action_valid"]`` is False, and the reward is ``-format_penalty``. After ``max_turns``
+replies without an answer the episode is truncated with reward 0.
+
+Data: by default the generated world (:mod:`~agentgym.envs.search.world`, ``world_seed``) and
+its ``split``; its index is built once into ``$AGENTGYM_CACHE/search/`` (named by the
+passages' digest) and shared. Your own
+data: ``questions=QA.jsonl`` plus ``index=DIR`` (from ``agentgym index``), ``corpus=PASSAGES.jsonl``
+(indexed once into the cache), or ``retriever=URL`` (a running retrieval service).
+
+``info`` carries ``ground_truth`` (the canonical gold answer, for IGPO), ``task_type``
+(``bridge-2hop``, ...), ``supporting_found`` (the fraction of the question's supporting
+passages retrieved so far, when known) and, after an answer, ``em`` and ``f1``. The
+``state_key`` is the question id and the sorted titles retrieved so far, so episodes that found
+the same passages share a GiGPO anchor state (and similar retrievals similar keys).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentgym.env import TextEnv, coerce_action, extract_tag
+from agentgym.envs.search.index import MAX_QUERY_CHARS, BM25Index, Hit, Retriever
+from agentgym.envs.search.rewards import exact_match, word_f1
+from agentgym.envs.search.world import Question, generate_world
+
+__all__ = ["SearchQAEnv", "cached_index"]
+
+INSTRUCTION = "Answer the question. Search the documents as often as you need first."
+
+
+def _cache_root() -> Path:
+    return Path(os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym") / "search"
+
+
+@functools.lru_cache(maxsize=8)
+def _world(seed: int) -> Any:
+    return generate_world(seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_index(path: str) -> BM25Index:
+    return BM25Index.load(path)
+
+
+def cached_index(name: str, passages: Any) -> BM25Index:
+    """The index called ``name`` in the cache, built from ``passages()`` (a callable returning
+    an iterable) the first time; concurrent processes build it once (a file lock)."""
+    root = _cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / name
+    with open(root / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "index.json").exists():
+            BM25Index.build(passages(), path, overwrite=True)
+    return _load_index(str(path))
+
+
+def _passages_digest(passages: list[Any]) -> str:
+    """Names the index of a generated world by its content, so a changed generator never
+    reads a stale index."""
+    digest = hashlib.sha256()
+    for p in passages:
+        digest.update(f"{p.id}\0{p.title}\0{p.text}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def _file_key(path: Path) -> str:
+    stat = path.stat()
+    return hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+                          ).hexdigest()[:16]
+
+
+class SearchQAEnv(TextEnv):
+    """Multi-hop QA by search; see the module documentation.
+
+    Args:
+        split: ``"train"``, ``"dev"`` or ``"test"`` of the generated world (with ``questions``:
+            only a label).
+        world_seed: which generated world.
+        questions: a QA file (JSONL/JSON/Parquet; :func:`~agentgym.envs.search.corpus.read_questions`).
+        index, corpus, retriever: where passages come from with ``questions`` (exactly one).
+        top_k: passages shown per search.
+        max_turns: replies before the episode is truncated.
+        reward: ``"f1"`` or ``"em"``.
+        format_penalty: subtracted for an invalid reply (>= 0).
+        max_passage_chars: each shown passage is cut to this many characters.
+    """
+
+    family: ClassVar[str] = "search"
+
+    def __init__(self, *, split: str = "train", world_seed: int = 0, questions: str | None = None,
+                 index: str | None = None, corpus: str | None = None, retriever: str | None = None,
+                 top_k: int = 3, max_turns: int = 6, reward: str = "f1",
+                 format_penalty: float = 0.1, max_passage_chars: int = 600,
+                 render_mode: str | None = None):
+        super().__init__(render_mode)
+        for name, value in (("top_k", top_k), ("max_turns", max_turns),
+                            ("max_passage_chars", max_passage_chars)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"SearchQAEnv: {name} must be an int >= 1, got {value!r}")
+        if reward not in ("f1", "em"):
+            raise ValueError(f"SearchQAEnv: reward must be 'f1' or 'em', got {reward!r}")
+        if not format_penalty >= 0:
+            raise ValueError(f"SearchQAEnv: format_penalty must be >= 0, got {format_penalty!r}")
+        self.top_k, self.max_turns, self.reward_kind = top_k, max_turns, reward
+        self.format_penalty, self.max_passage_chars = float(format_penalty), max_passage_chars
+        self.questions, self.retriever = self._data(split, world_seed, questions, index, corpus,
+                                                    retriever)
+        self._by_id = {q.id: q for q in self.questions}
+        self._question: Question = self.questions[0]
+        self._turns, self._done, self._titles, self._found = 0, False, set(), set()
+        self._answer_scores: dict[str, float] = {}
+
+    @staticmethod
+    def _data(split: str, world_seed: int, questions: str | None, index: str | None,
+              corpus: str | None, retriever: str | None) -> tuple[list[Question], Retriever]:
+        sources = {k: v for k, v in (("index", index), ("corpus", corpus),
+                                     ("retriever", retriever)) if v is not None}
+        if questions is None:
+            if sources:
+                raise ValueError(f"SearchQAEnv: {sorted(sources)} need questions=QA_FILE too")
+            world = _world(world_seed)
+            return world.split(split), cached_index(
+                f"world-{world_seed}-{_passages_digest(world.passages)}", lambda: world.passages)
+        if len(sources) != 1:
+            raise ValueError("SearchQAEnv: with questions=..., give exactly one of index=DIR, "
+                             f"corpus=PASSAGES.jsonl, retriever=URL (got {sorted(sources) or 'none'})")
+        from agentgym.envs.search.corpus import read_passages, read_questions
+
+        qs = read_questions(questions, split)
+        if index is not None:
+            return qs, _load_index(str(Path(index)))
+        if corpus is not None:
+            path = Path(corpus)
+            if not path.is_file():
+                raise FileNotFoundError(f"SearchQAEnv: no corpus file {path}")
+            return qs, cached_index(f"corpus-{_file_key(path)}", lambda: read_passages(path))
+        from agentgym.envs.search.service import RetrieverClient
+
+        return qs, RetrieverClient(str(retriever))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[str, dict[str, Any]]:
+        """Start on a question: ``options={"task_id": question id}``, else one drawn with
+        ``seed``. Unknown options and ids raise ``ValueError``."""
+        super().reset(seed=seed)
+        unknown = sorted(set(options or {}) - {"task_id"})
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {unknown}; SearchQAEnv accepts: task_id")
+        task_id = (options or {}).get("task_id")
+        if task_id is None:
+            self._question = self.questions[int(self.np_random.integers(len(self.questions)))]
+        elif str(task_id) in self._by_id:
+            self._question = self._by_id[str(task_id)]
+        else:
+            raise ValueError(f"SearchQAEnv: no question {task_id!r} in this split "
+                             f"({len(self.questions)} questions, e.g. {self.questions[0].id!r})")
+        self._turns, self._done, self._titles, self._found = 0, False, set(), set()
+        self._answer_scores = {}
+        return f"Question: {self._question.question}", self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        text = coerce_action(action)
+        if self._done:
+            return ("The episode is over; call reset() to start a new one.", 0.0, True, False,
+                    self._info() | {"action_valid": False})
+        self._turns += 1
+        query, answer = extract_tag(text, "search"), extract_tag(text, "answer")
+        problem = self._problem(query, answer)
+        if problem is not None:
+            observation, reward, valid = problem, -self.format_penalty, False
+        elif answer is not None:
+            golds = self._question.answers
+            self._answer_scores = {"em": exact_match(answer, golds), "f1": word_f1(answer, golds)}
+            self._done = True
+            observation = f"Your answer: {answer}"
+            reward, valid = self._answer_scores[self.reward_kind], True
+        else:
+            assert query is not None
+            observation, reward, valid = self._search(query), 0.0, True
+        truncated = not self._done and self._turns >= self.max_turns
+        if truncated:
+            observation += "\nNo replies left: the episode ends without an answer."
+        info = self._info() | {"action_valid": valid}
+        return observation, reward, self._done, truncated, info
+
+    def _problem(self, query: str | None, answer: str | None) -> str | None:
+        """Why a reply is invalid, or ``None``."""
+        if query is not None and answer is not None:
+            return "Do one thing per reply: either <search>...</search> or <answer>...</answer>, not both."
+        if query is None and answer is None:
+            return ("No action found. Write <search>your query</search> to search, or "
+                    "<answer>the answer</answer> to answer.")
+        if answer is not None:
+            return None if answer else "The answer is empty: write <answer>the answer</answer>."
+        assert query is not None
+        if not query:
+            return "The query is empty: write <search>some words</search>."
+        if len(query) > MAX_QUERY_CHARS:
+            return (f"The query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}. "
+                    "Search with a few words.")
+        return None
+
+    def _search(self, query: str) -> str:
+        hits: list[Hit] = self.retriever.search([query], self.top_k)[0]
+        if not hits:
+            return "<information>No documents match this query.</information>"
+        self._titles.update(h.title for h in hits)
+        self._found.update(h.id for h in hits)
+        docs = [f"Doc {i} (Title: {h.title}) {self._cut(h.text)}" for i, h in enumerate(hits, 1)]
+        return "<information>" + "\n".join(docs) + "</information>"
+
+    def _cut(self, text: str) -> str:
+        return text if len(text) <= self.max_passage_chars else text[:self.max_passage_chars] + "..."
+
+    def render_text(self) -> str:
+        return (f"{self._question.id}: {self._question.question} -> {self._question.answers[0]}; "
+                f"{self._turns}/{self.max_turns} replies; retrieved {sorted(self._titles)}")
+
+    def _info(self) -> dict[str, Any]:
+        q = self._question
+        info: dict[str, Any] = {
+            "task_id": q.id,
+            "instruction": INSTRUCTION,
+            "state_key": f"{q.id}|" + " ; ".join(sorted(self._titles)),
+            "success": self._answer_scores.get("em") == 1.0,
+            "ground_truth": q.answers[0],
+            "task_type": f"{q.type or 'qa'}-{q.hops}hop" if q.hops else (q.type or "qa"),
+        }
+        if q.supporting:
+            info["supporting_found"] = len(self._found & set(q.supporting)) / len(q.supporting)
+        return info | self._answer_scores

@@ -1,0 +1,204 @@
+"""A BM25 index over passages: built once, memory-mapped at load, searched in batches.
+
+An index directory holds::
+
+    index.json      format version, passage count, tokenizer settings
+    bm25/           the bm25s sparse score matrix (CSC arrays, .npy) and its vocabulary
+    passages.bin    the passages as UTF-8 JSON lines ({"id", "title", "text"}), in index order
+    offsets.npy     int64 byte offsets of each line in passages.bin (one more than passages)
+
+Loading memory-maps the score matrix, ``passages.bin`` and ``offsets.npy``, so a million-passage
+index opens in well under a second and processes sharing it share the page cache. Scoring is
+Okapi BM25 (bm25s, Lucene variant, k1 = 1.5, b = 0.75) over lowercased word tokens with English
+stop words removed; a passage is indexed as its title followed by its text.
+
+Build one with ``agentgym index CORPUS.jsonl OUT_DIR`` or :meth:`BM25Index.build`.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from agentgym.envs.search.world import Passage
+
+__all__ = ["MAX_QUERY_CHARS", "BM25Index", "Hit", "Retriever", "check_queries", "tokenize"]
+
+FORMAT_VERSION = 1
+MAX_QUERY_CHARS = 4096
+"""Longest query a retriever accepts, in characters (a search query, not a document)."""
+_STOPWORDS = "en"
+_FILES = ("index.json", "bm25", "passages.bin", "offsets.npy")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One retrieved passage and its BM25 score (higher is better)."""
+
+    id: str
+    title: str
+    text: str
+    score: float
+
+
+class Retriever(Protocol):
+    """Anything that answers a batch of queries with ranked passages: :class:`BM25Index`
+    in-process, or :class:`~agentgym.envs.search.service.RetrieverClient` over HTTP."""
+
+    def search(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
+        """For each query, up to ``k`` hits, best first. A query with no indexed word gets no
+        hits; :func:`check_queries` says which queries are refused."""
+        ...
+
+
+def check_queries(queries: Any, k: Any) -> None:
+    """Raise ``ValueError`` (``TypeError`` for wrong types) unless ``queries`` is a list of
+    strings of at most :data:`MAX_QUERY_CHARS` characters and ``k`` an int >= 1."""
+    if isinstance(queries, str) or not isinstance(queries, (list, tuple)):
+        raise TypeError(f"queries must be a list of strings, got {type(queries).__name__}")
+    for i, query in enumerate(queries):
+        if not isinstance(query, str):
+            raise TypeError(f"query {i} is a {type(query).__name__}, not a string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ValueError(f"query {i} has {len(query)} characters; the limit is "
+                             f"{MAX_QUERY_CHARS}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be an int >= 1, got {k!r}")
+
+
+def tokenize(texts: Sequence[str], *, return_ids: bool) -> Any:
+    """The index's tokens: lowercased words of two or more letters, English stop words
+    removed (bm25s's tokenizer); ids into a fresh vocabulary with ``return_ids``, else strings."""
+    import bm25s
+
+    return bm25s.tokenize(list(texts), lower=True, stopwords=_STOPWORDS, return_ids=return_ids,
+                          show_progress=False)
+
+
+class BM25Index:
+    """A loaded index (see the module documentation). Thread-safe for :meth:`search`."""
+
+    def __init__(self, path: Path, bm25: Any, passages: mmap.mmap | bytes, offsets: np.ndarray):
+        self.path = path
+        self._bm25 = bm25
+        self._vocab: dict[str, int] = bm25.vocab_dict
+        self._passages = passages
+        self._offsets = offsets
+
+    # --- building -------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, passages: Iterable[Passage], out_dir: str | os.PathLike[str], *,
+              overwrite: bool = False) -> BM25Index:
+        """Index ``passages`` into ``out_dir`` (created; must not hold an index unless
+        ``overwrite``) and load the result. The directory appears complete or not at all: the
+        index is written next to it and renamed into place."""
+        import bm25s
+
+        out = Path(out_dir)
+        if out.exists() and any(out.iterdir()) and not overwrite:
+            raise FileExistsError(f"{out} is not empty; pass overwrite=True (--overwrite) to "
+                                  "replace it")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            texts, offsets, ids = [], [0], set()
+            with open(tmp / "passages.bin", "wb") as fh:
+                for passage in passages:
+                    if passage.id in ids:
+                        raise ValueError(f"duplicate passage id {passage.id!r}")
+                    ids.add(passage.id)
+                    line = json.dumps(asdict(passage), ensure_ascii=False).encode() + b"\n"
+                    fh.write(line)
+                    offsets.append(offsets[-1] + len(line))
+                    texts.append(f"{passage.title} {passage.text}")
+            if not texts:
+                raise ValueError("no passages to index")
+            tokens = tokenize(texts, return_ids=True)
+            if not tokens.vocab:
+                raise ValueError("the passages hold no indexable word (words of 2+ letters that "
+                                 "are not English stop words)")
+            bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
+            bm25.index(tokens, show_progress=False)
+            del texts
+            bm25.save(str(tmp / "bm25"))
+            np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
+            (tmp / "index.json").write_text(json.dumps({
+                "format": FORMAT_VERSION, "passages": len(offsets) - 1, "scoring": "bm25s lucene",
+                "k1": 1.5, "b": 0.75, "stopwords": _STOPWORDS}, indent=1) + "\n")
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls.load(out)
+
+    # --- loading --------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, mmap_arrays: bool = True) -> BM25Index:
+        """Open the index in ``path``. Raises ``FileNotFoundError`` naming the first missing
+        file, ``ValueError`` for an index of another format version."""
+        import bm25s
+
+        root = Path(path)
+        if not root.is_dir():
+            raise FileNotFoundError(f"no index directory at {root} (build one with "
+                                    f"`agentgym index CORPUS.jsonl {root}`)")
+        for name in _FILES:
+            if not (root / name).exists():
+                raise FileNotFoundError(f"index {root} is incomplete: {root / name} is missing "
+                                        f"(rebuild it with `agentgym index CORPUS.jsonl {root}`)")
+        meta = json.loads((root / "index.json").read_text())
+        if meta.get("format") != FORMAT_VERSION:
+            raise ValueError(f"index {root} has format {meta.get('format')!r}; this agentgym "
+                             f"reads format {FORMAT_VERSION}: rebuild it")
+        bm25 = bm25s.BM25.load(str(root / "bm25"), mmap=mmap_arrays, show_progress=False)
+        offsets = np.load(root / "offsets.npy", mmap_mode="r" if mmap_arrays else None)
+        with open(root / "passages.bin", "rb") as fh:
+            data: mmap.mmap | bytes = (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                                       if mmap_arrays else fh.read())
+        if len(offsets) != meta["passages"] + 1 or int(offsets[-1]) != len(data):
+            raise ValueError(f"index {root} is inconsistent: offsets.npy and passages.bin "
+                             "disagree; rebuild it")
+        return cls(root, bm25, data, offsets)
+
+    # --- reading --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def passage(self, i: int) -> Passage:
+        """The ``i``-th passage in index order."""
+        lo, hi = int(self._offsets[i]), int(self._offsets[i + 1])
+        return Passage(**json.loads(self._passages[lo:hi]))
+
+    def search(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
+        check_queries(queries, k)
+        token_lists = tokenize(queries, return_ids=False) if queries else []
+        out: list[list[Hit]] = []
+        for tokens in token_lists:
+            ids = [self._vocab[t] for t in tokens if t in self._vocab]
+            if not ids:
+                out.append([])
+                continue
+            scores = self._bm25.get_scores_from_ids(ids)
+            top = self._top(scores, min(k, len(self)))
+            out.append([Hit(**asdict(self.passage(int(i))), score=float(scores[i]))
+                        for i in top if scores[i] > 0])
+        return out
+
+    @staticmethod
+    def _top(scores: np.ndarray, k: int) -> np.ndarray:
+        """Indices of the ``k`` best scores, best first; ties broken by lower index."""
+        part = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.arange(len(scores))
+        return part[np.lexsort((part, -scores[part]))]
