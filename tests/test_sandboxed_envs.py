@@ -17,6 +17,7 @@ import random
 import socket
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fi
 
 import agentgym
 from agentgym.episode import Episode
-from agentgym.policies.scripted import RandomPolicy
+from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox import (
@@ -72,11 +73,13 @@ def bwrap() -> None:
 
 @pytest.fixture(scope="session")
 def current_textgames_image(request: pytest.FixtureRequest) -> str:
-    """The text games' image, rebuilt if it runs other sources than this checkout's (its envs
-    would then play differently)."""
+    """The text games' image, and every other family's that ENVS need, rebuilt if it runs other
+    sources than this checkout's (its envs would then play differently)."""
     image = request.getfixturevalue("textgames_image")
-    if not image_matches_source(image):
-        build_images(["textgames"], base_image=request.getfixturevalue("base_image"))
+    images = {image_for(e) for e in ENVS}
+    stale = sorted(i.split("/", 1)[1].split(":")[0] for i in images if not image_matches_source(i))
+    if stale:
+        build_images(stale, base_image=request.getfixturevalue("base_image"))
     return image
 
 
@@ -87,14 +90,27 @@ def backend(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+FREE_TEXT = ["<search>capital country</search>", "<search>founded</search>", "no tags at all",
+             "<search>born</search>", "<answer>Quillmoor</answer>"]
+"""Actions for envs without ``admissible_actions`` (search)."""
+
+
+def varied_action(observation: str, info: dict[str, Any]) -> str:
+    """A deterministic action that depends on the observation: one of the env's admissible
+    actions, or of FREE_TEXT."""
+    actions = info.get("admissible_actions") or FREE_TEXT
+    return actions[zlib.crc32(observation.encode()) % len(actions)]
+
+
 def play(env: Any, seed: int) -> list[Any]:
     """Everything ``env`` answers to a reset with ``seed`` and up to TURNS actions drawn from
-    ``admissible_actions`` by a generator seeded with ``seed``, as JSON values."""
+    ``admissible_actions`` (or FREE_TEXT) by a generator seeded with ``seed``, as JSON values."""
     rng = random.Random(seed)
     obs, info = env.reset(seed=seed)
     trace = [to_jsonable([obs, info])]
     for _ in range(TURNS):
-        obs, reward, terminated, truncated, info = env.step(rng.choice(info["admissible_actions"]))
+        action = rng.choice(info.get("admissible_actions") or FREE_TEXT)
+        obs, reward, terminated, truncated, info = env.step(action)
         trace.append(to_jsonable([obs, reward, terminated, truncated, info]))
         if terminated or truncated:
             break
@@ -174,8 +190,9 @@ def test_collect_gives_the_same_episodes(backend: str) -> None:
     tasks = default_tasks(4)
     with EnvServerPool(backend, sessions_per_server=4) as servers:
         for env_id in ENVS:
-            expected = collect(env_id, RandomPolicy(), tasks, **options)
-            got = collect(env_id, RandomPolicy(), tasks, sandbox=servers, **options)
+            expected = collect(env_id, ScriptedPolicy(varied_action), tasks, **options)
+            got = collect(env_id, ScriptedPolicy(varied_action), tasks, sandbox=servers,
+                          **options)
             assert [comparable(e) for e in got] == [comparable(e) for e in expected]
             assert not any(e.error for e in got)
         assert len(servers.sandboxes()) == 0  # every env closed: every server given back
