@@ -111,7 +111,14 @@ class RequestBatcher:
             batch, self._pending = self._pending[:size], self._pending[size:]
             task = asyncio.ensure_future(self._run(batch))
             self._inflight.add(task)
-            task.add_done_callback(self._inflight.discard)
+            task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        # Only now is the batch out of _inflight: a flush scheduled from inside the batch could
+        # still find the limit reached and strand the requests that arrived meanwhile.
+        self._inflight.discard(task)
+        if self._pending:
+            self._schedule()
 
     async def _generate(self, requests: list[GenerationRequest]) -> list[Generation]:
         try:
@@ -140,9 +147,6 @@ class RequestBatcher:
                 results = [s if isinstance(s, BaseException) else s[0] for s in singles]
         except Exception as exc:
             results = [exc]
-        finally:
-            if self._pending:
-                self._schedule()
         for (_, future), result in zip(batch, results):
             if future.done():
                 continue

@@ -164,6 +164,26 @@ def test_batcher_groups_concurrent_requests():
     assert max(sizes) >= 8, sizes  # requests that wait behind a running batch go out together
 
 
+def test_a_request_waiting_for_a_busy_model_goes_out_when_the_batch_ends():
+    """Regression: the flush at the end of a batch ran while the batch still counted as in
+    flight, so a request that waited behind it stayed pending unless another request came."""
+
+    class OneAtATime:
+        async def generate(self, requests):
+            await asyncio.sleep(0.02)
+            return [Generation(text="x") for _ in requests]
+
+    async def main():
+        batcher = RequestBatcher(OneAtATime(), max_inflight=1)
+        first = batcher.submit(GenerationRequest(messages=[]))
+        await asyncio.sleep(0.005)  # the first batch is running
+        second = batcher.submit(GenerationRequest(messages=[]))
+        await asyncio.wait_for(first, 1)
+        await asyncio.wait_for(second, 1)  # nothing else is ever submitted
+
+    asyncio.run(main())
+
+
 def test_batcher_rejects_wrong_generation_count():
     class Short:
         async def generate(self, requests):
