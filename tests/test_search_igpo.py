@@ -80,7 +80,7 @@ def test_agentgym_train_trainer_igpo_on_search_with_a_grpo_comparison(tmp_path):
     out = tmp_path / "igpo"
     assert main(["train", "trainer=igpo", "env=agentgym/SearchQA-v0", "prompt=search",
                  "compare_with=grpo", "steps=2", "groups_per_step=2", "group_size=2",
-                 "max_turns=3", "max_tokens=24", "eval_every=2", "eval_tasks=2",
+                 "max_turns=2", "max_tokens=16", "eval_every=2", "eval_tasks=2",
                  "+eval_env_kwargs.split=dev", "learner.micro_batch_tokens=8192",
                  f"out_dir={out}"]) == 0
     records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
