@@ -115,7 +115,9 @@ def test_harness_image_runs_an_eval_against_the_host_daemon(
     status = harness.wait(timeout=300)["StatusCode"]
     logs = harness.logs().decode(errors="replace")
     assert status == 0, logs
-    assert logs.strip().splitlines()[-1].startswith("agentgym eval: ok suite=smoke episodes=10 ")
+    # stdout alone: docker copies the two streams separately, so their interleaving is not kept.
+    stdout = harness.logs(stderr=False).decode(errors="replace")
+    assert stdout.strip().splitlines()[-1].startswith("agentgym eval: ok suite=smoke episodes=10 ")
     run = tmp_path / "out" / "run"
     episodes = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines()]
     assert len(episodes) == 10 and all(e["error"] is None and e["turns"] for e in episodes), logs
