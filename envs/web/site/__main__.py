@@ -1,0 +1,3 @@
+from agentgym.envs.web.site.app import main
+
+main()

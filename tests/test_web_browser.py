@@ -1,0 +1,233 @@
+"""agentgym/Shop-v0: the shop in real Chromium (Playwright), with the scripted expert.
+
+Marker ``browser``: needs Chromium (``apt-get install chromium``) and Playwright; skipped without
+them, failed under CI. Every test checks that no Chromium of this process is left running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+from agentgym.envs.web.browser import (
+    HOST_MARK,
+    MAX_FILL_CHARS,
+    ShopBrowserEnv,
+    chromium_path,
+)
+from agentgym.envs.web.expert import aplay, expert_action, play
+from agentgym.envs.web.tasks import tasks
+from agentgym.envs.web.text import ShopTextEnv
+from conftest import unavailable
+from gymnasium.utils.env_checker import check_env
+from test_web import near_miss
+
+import agentgym  # noqa: F401  (registers the envs)
+
+pytestmark = pytest.mark.browser
+HUGE = "x" * 100_000
+
+
+def chromium_pids() -> list[int]:
+    """Chromium processes started by this process's browser host."""
+    mark = f"{HOST_MARK}={os.getpid()}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if mark in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def no_chromium_left():
+    try:
+        chromium_path()
+        import playwright  # noqa: F401
+    except (RuntimeError, ImportError) as exc:
+        unavailable(str(exc))
+    yield
+    deadline = time.monotonic() + 10
+    while chromium_pids() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert chromium_pids() == [], "Chromium processes were left running"
+
+
+@pytest.fixture
+def env():
+    env = ShopBrowserEnv(split="test")
+    yield env
+    env.close()
+
+
+def test_check_env():
+    env = gym.make("agentgym/Shop-v0").unwrapped
+    try:
+        check_env(env, skip_render_check=True)
+    finally:
+        env.close()
+
+
+async def test_the_expert_buys_the_target_of_every_sampled_test_task_with_4_browsers_at_once():
+    goals = random.Random(0).sample(tasks(0, "test"), 200)
+    envs = [ShopBrowserEnv(split="test") for _ in range(4)]
+    failures = []
+
+    async def worker(env, mine):
+        for goal in mine:
+            total, info, obs = await aplay(env, goal.id)
+            if total != 1.0 or not info["success"]:
+                failures.append((goal.id, total, info.get("error"), obs[-500:]))
+
+    try:
+        await asyncio.gather(*(worker(env, goals[i::4]) for i, env in enumerate(envs)))
+    finally:
+        for env in envs:
+            env.close()
+    assert failures == []
+
+
+def test_the_same_purchase_earns_the_same_reward_in_both_modes(env):
+    goal = next(g for g in tasks(0, "test") if g.options)
+    name, wanted, other = near_miss(goal, env.shop.catalog.product(goal.target))
+
+    def changed(obs, info):  # the expert, but another value of one option
+        action = expert_action(obs, info)
+        if "[ref=" not in obs:
+            if action == f"click[{wanted}]":
+                return "click[Add to cart]" if f"[{other}] (selected)" in obs else f"click[{other}]"
+            return action
+        if f'radio "{wanted}"' in obs and action == f"click({ref_of(obs, 'radio', wanted)})":
+            other_line = next(line for line in obs.splitlines() if f'radio "{other}"' in line)
+            return (f"click({ref_of(obs, 'button', 'Add to cart')})" if "[checked]" in other_line
+                    else f"click({ref_of(obs, 'radio', other)})")
+        return action
+
+    text_env = ShopTextEnv(split="test")
+    try:
+        for act in (expert_action, changed):
+            browser_reward, browser_info, _ = play(env, goal.id, act)
+            text_reward, text_info, _ = play(text_env, goal.id, act)
+            assert browser_reward == text_reward and browser_info["purchased"] == text_info["purchased"]
+            assert browser_info["reward_parts"] == text_info["reward_parts"]
+        assert 0 < browser_reward < 1 and browser_info["purchased"][0][1][name] == other
+    finally:
+        text_env.close()
+
+
+def test_nothing_carries_over_to_the_next_episode(env):
+    goal = tasks(0, "test")[5]
+    obs, info = env.reset(options={"task_id": goal.id})
+    while info["url"] != "/cart":  # viewed a product (localStorage) and filled the cart
+        obs, *_, info = env.step(expert_action(obs, info))
+    host = env.host
+    host.run(env.page.evaluate("document.cookie = 'theme=dark; path=/'"))
+    assert host.run(env.page.evaluate("localStorage.getItem('recentlyViewed')")) is not None
+    assert 'link "Cart (1)"' in obs
+    obs, info = env.reset(options={"task_id": goal.id})
+    assert 'link "Cart (1)"' not in obs and 'link "Cart (0)"' in obs
+    assert host.run(env.page.evaluate("localStorage.getItem('recentlyViewed')")) is None
+    cookies = host.run(env.context.cookies())
+    assert [c["name"] for c in cookies] == ["sid"] and cookies[0]["value"] == env.sid
+
+
+def ref_of(obs: str, role: str, name: str) -> str:
+    line = next(line for line in obs.splitlines() if f'{role} "{name}"' in line)
+    return line.split("[ref=")[1].split("]")[0]
+
+
+def test_bad_actions_are_answered_and_never_hang_the_browser(env):
+    obs, info = env.reset(seed=0)
+    link = ref_of(obs, "link", "Help")
+    for action, says in [
+        ("click(e9999)", "no element e9999"),
+        ("click(e1; rm -rf)", "Not an action"),
+        ("dance()", "Unknown action"),
+        ("fill(e1)", "takes 2 argument"),
+        (f"fill({link}, 'hello')", "fill failed"),
+        ('goto("https://example.com/")', "only opens pages of this shop"),
+        ('goto("//evil.test/x")', "only opens pages of this shop"),
+        (f'fill({ref_of(obs, "searchbox", "Search products")}, "{HUGE}")', f"at most {MAX_FILL_CHARS}"),
+        (HUGE, f"at most {MAX_FILL_CHARS}"),
+        ("scroll(sideways)", "up or down"),
+        ('press("NoSuchKey")', "press failed"),
+        ('select(' + link + ', "x")', "select failed"),
+    ]:
+        started = time.monotonic()
+        obs, _reward, terminated, truncated, info = env.step(action)
+        assert says in obs, (action[:80], obs[:600])
+        assert info["action_valid"] is False and not terminated and not truncated
+        assert time.monotonic() - started < 10
+        assert info["url"] == "/"
+    # A link that leaves the shop: blocked, and the browser is back on the shop.
+    obs, _, terminated, truncated, info = env.step(f"click({ref_of(obs, 'link', 'Follow us')})")
+    assert "leads off this shop (social.example.com)" in obs and info["url"] == "/"
+    # The shop still works afterwards.
+    obs, *_, info = env.step(f"click({ref_of(obs, 'link', 'Help')})")
+    assert info["url"] == "/help" and info["action_valid"]
+
+
+def test_a_javascript_dialog_is_accepted_and_reported(env):
+    goal = tasks(0, "test")[7]
+    obs, info = env.reset(options={"task_id": goal.id})
+    while info["url"] != "/cart":
+        obs, *_, info = env.step(expert_action(obs, info))
+    product = env.shop.catalog.product(goal.target)
+    obs, *_, info = env.step(f"click({ref_of(obs, 'button', 'Remove ' + product.title)})")
+    assert "A confirm dialog said: 'Remove" in obs and "Your cart is empty" in obs
+
+
+def test_a_browser_crash_ends_the_episode_and_the_next_one_gets_a_fresh_browser(env):
+    obs, info = env.reset(seed=0)
+    for pid in chromium_pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    obs, _, _, truncated, info = env.step(f"click({ref_of(obs, 'link', 'Help')})")
+    assert truncated and "crashed" in info["error"] and "crashed" in obs
+    obs, info = env.reset(seed=0)
+    assert "Search products" in obs and "error" not in info
+    obs, *_, info = env.step(f"click({ref_of(obs, 'link', 'Help')})")
+    assert info["url"] == "/help"
+
+
+def test_a_screenshot_on_request():
+    env = ShopBrowserEnv(screenshot=True)
+    try:
+        _, info = env.reset(seed=0)
+        head, data = info["screenshot"].split(",", 1)
+        assert head == "data:image/png;base64" and base64.b64decode(data)[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        env.close()
+
+
+def test_random_clicks_score_low(env):
+    rng = random.Random(0)
+
+    def act(obs, info):
+        refs = [line.split("[ref=")[1].split("]")[0] for line in obs.splitlines() if "[ref=" in line]
+        return f"click({rng.choice(refs)})"
+
+    rewards = [play(env, goal.id, act, limit=15)[0] for goal in tasks(0, "test")[:5]]
+    assert max(rewards) < 1.0 and sum(rewards) / len(rewards) < 0.3
+
+
+def test_a_closed_env_refuses_and_bad_arguments_raise():
+    env = ShopBrowserEnv()
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset(seed=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        ShopBrowserEnv(max_steps=-1)
