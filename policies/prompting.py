@@ -61,6 +61,13 @@ FAMILY_PROMPTS: dict[str, FamilyPrompt] = {
             "documents come back in the next message. When you know the answer, write "
             "<answer>the answer</answer> with a few words only."),
         answer_template="<answer>{}</answer>"),
+    "web": FamilyPrompt(
+        "You shop on a web site for exactly what the instruction asks for, then check out. "
+        "Each turn you see the current page. In the text shop, act with search[words] or "
+        "click[the name of a bracketed element]. In the browser, elements carry refs such as "
+        "[ref=e12]: act with click(e12), fill(e4, \"text\"), select(e7, \"option\"), "
+        "press(\"Enter\"), back() or goto(\"/cart\"); stop() gives up.",
+        example="click[Add to cart]"),
     "misc": FamilyPrompt("You are an agent that solves tasks step by step in a text environment."),
 }
 

@@ -38,6 +38,7 @@ from agentgym.sandbox.base import SandboxError, SandboxWarning
 
 __all__ = [
     "DEFAULT_BASE_IMAGE",
+    "FAMILY_PACKAGES",
     "IMAGE_EXTRAS",
     "OFFLINE_BASE_IMAGE",
     "build_base_image",
@@ -56,6 +57,10 @@ OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
 
 IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 """The extras of agentgym installed in the images that are not env families."""
+
+FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {"web": ("chromium", "fonts-liberation")}
+"""Debian packages an image needs besides Python. Offline, they go into a base of the image's
+own (``agentgym/base-<name>:bookworm``); on another base the Dockerfile installs them."""
 
 
 def containers_dir() -> Path:
@@ -167,17 +172,17 @@ def warn_if_stale(tag: str, *, client: Any = None) -> None:
                       f"`{build_command(tag)}`", SandboxWarning, stacklevel=2)
 
 
-def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, rebuild: bool = False,
-                     client: Any = None) -> str:
-    """Build the offline base image (Debian bookworm minbase + python3 + venv, ~220 MB, ~50 s)
-    unless it exists; returns ``tag``. Needs mmdebstrap, apt access to a Debian mirror, and
-    docker."""
+def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, packages: Sequence[str] = (),
+                     rebuild: bool = False, client: Any = None) -> str:
+    """Build the offline base image (Debian bookworm minbase + python3 + venv, ~220 MB, ~50 s;
+    plus ``packages``) unless it exists; returns ``tag``. Needs mmdebstrap, apt access to a
+    Debian mirror, and docker."""
     if not rebuild and image_exists(tag, client=client):
         return tag
     if shutil.which("mmdebstrap") is None:
         raise SandboxError("building the offline base image needs mmdebstrap "
                            "(apt-get install -y mmdebstrap)")
-    proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag],
+    proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag, *packages],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SandboxError(f"containers/base/build.sh failed ({proc.returncode}):\n"
@@ -241,15 +246,22 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
             image = f"agentgym/{family}:{tag}"
             own_extras = _image_extras(family)
             requirement = f"agentgym[{','.join(own_extras)}]" if own_extras else "agentgym"
-            say(f"building {image} from {base_image}")
+            packages = FAMILY_PACKAGES.get(family, ())
+            family_base = base_image
+            if base_image == OFFLINE_BASE_IMAGE and packages:
+                family_base = f"agentgym/base-{family}:bookworm"
+                say(f"base image {family_base} (+ {' '.join(packages)})")
+                build_base_image(family_base, packages=packages, client=client)
+            say(f"building {image} from {family_base}")
             previous = _image_id(client, image)
             try:
                 built, _ = client.images.build(
                     path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
                     forcerm=True, pull=False,
-                    buildargs={"BASE_IMAGE": base_image, "AGENTGYM_REQ": requirement},
+                    buildargs={"BASE_IMAGE": family_base, "AGENTGYM_REQ": requirement,
+                               "APT_PACKAGES": " ".join(packages)},
                     labels={"agentgym.image": family, "agentgym.version": __version__,
-                            "agentgym.base": base_image, "agentgym.source": source})
+                            "agentgym.base": family_base, "agentgym.source": source})
             except docker.errors.BuildError as exc:
                 tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
                                for chunk in exc.build_log)[-4000:]

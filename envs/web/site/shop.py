@@ -87,7 +87,6 @@ class Shop:
         self.catalog, self.name, self.page_size = catalog, name, page_size
         self._visitors: dict[str, _Visitor] = {}
         self._lock = threading.Lock()
-        self._orders = 0
         self._templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
             autoescape=True, undefined=jinja2.StrictUndefined)
@@ -253,8 +252,9 @@ class Shop:
             visitor.message = "Your cart is empty: there is nothing to order."
             return Page(303, location="/checkout")
         shipping = params.get("shipping", "standard")
-        self._orders += 1
-        order = Order(self._orders, tuple(visitor.cart), SHIPPING.get(shipping, SHIPPING["standard"]))
+        # Numbered per visitor: nothing on a page depends on other visitors or earlier episodes.
+        order = Order(len(visitor.orders) + 1, tuple(visitor.cart),
+                      SHIPPING.get(shipping, SHIPPING["standard"]))
         visitor.orders.append(order)
         visitor.cart.clear()
         return Page(303, location=f"/order/{order.number}")
