@@ -117,6 +117,15 @@ def play(env: Any, seed: int) -> list[Any]:
     return trace
 
 
+def play_fresh(env_id: str, seed: int) -> list[Any]:
+    """:func:`play` on a new in-process env, closed after (a browser env's Chromium with it)."""
+    env = agentgym.make(env_id)
+    try:
+        return play(env, seed)
+    finally:
+        env.close()
+
+
 def comparable(episode: Episode) -> dict[str, Any]:
     """An episode without its timings, as JSON values."""
     data = episode.to_dict()
@@ -175,7 +184,7 @@ def interfaces(pid: int) -> list[str]:
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_every_env_plays_the_same_sandboxed(env_id: str, backend: str) -> None:
-    expected = [play(agentgym.make(env_id), seed) for seed in SEEDS]
+    expected = [play_fresh(env_id, seed) for seed in SEEDS]
     env = agentgym.make(env_id, sandbox=backend)
     try:
         assert isinstance(env, RemoteEnv) and env.family == agentgym.manifest(env_id).family

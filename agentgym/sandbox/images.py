@@ -58,9 +58,12 @@ OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
 IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 """The extras of agentgym installed in the images that are not env families."""
 
-FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {"web": ("chromium", "fonts-liberation")}
+FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {
+    "web": ("chromium", "fonts-liberation", "libatomic1"),  # libatomic1: Playwright's node
+}
 """Debian packages an image needs besides Python. Offline, they go into a base of the image's
-own (``agentgym/base-<name>:bookworm``); on another base the Dockerfile installs them."""
+own (``agentgym/base-<name>:bookworm-<digest of the package list>``); on another base the
+Dockerfile installs them."""
 
 
 def containers_dir() -> Path:
@@ -249,7 +252,8 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
             packages = FAMILY_PACKAGES.get(family, ())
             family_base = base_image
             if base_image == OFFLINE_BASE_IMAGE and packages:
-                family_base = f"agentgym/base-{family}:bookworm"
+                digest = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:8]
+                family_base = f"agentgym/base-{family}:bookworm-{digest}"
                 say(f"base image {family_base} (+ {' '.join(packages)})")
                 build_base_image(family_base, packages=packages, client=client)
             say(f"building {image} from {family_base}")

@@ -115,6 +115,8 @@ def _system_binds() -> list[str]:
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
     args += ["--ro-bind", "/etc", "/etc"]
+    if os.path.isdir("/var/cache/fontconfig"):  # else every Chromium rebuilds the font cache
+        args += ["--ro-bind", "/var/cache/fontconfig", "/var/cache/fontconfig"]
     for path, is_dir in _etc_masks():
         args += ["--tmpfs", path, "--remount-ro", path] if is_dir else ["--ro-bind", "/dev/null", path]
     return args
