@@ -21,7 +21,8 @@ import asyncio
 import functools
 import re
 import string
-from typing import Any, ClassVar, Iterable, TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -34,6 +35,7 @@ __all__ = [
     "extract_tag",
     "match_action",
     "normalize_action",
+    "pick_task",
 ]
 
 #: Longest observation an env may return, in characters.
@@ -162,6 +164,26 @@ class TextEnv(gym.Env[str, str]):
         if not self.step_in_thread:
             return self.step(action)
         return await asyncio.to_thread(self.step, action)
+
+
+T = TypeVar("T")
+
+
+def pick_task(tasks: Sequence[T], by_id: Mapping[str, T], options: Mapping[str, Any] | None,
+              rng: Any, who: str, noun: str = "task") -> T:
+    """The task a ``reset`` starts: ``options["task_id"]`` (looked up in ``by_id``), else one of
+    ``tasks`` drawn with ``rng`` (the env's ``np_random``). Other options, and ids not in
+    ``by_id``, raise ``ValueError`` naming ``who`` (the env) and ``noun`` ("task", "question")."""
+    unknown = sorted(set(options or {}) - {"task_id"})
+    if unknown:
+        raise ValueError(f"unknown reset option(s) {unknown}; {who} accepts: task_id")
+    task_id = (options or {}).get("task_id")
+    if task_id is None:
+        return tasks[int(rng.integers(len(tasks)))]
+    if str(task_id) not in by_id:
+        raise ValueError(f"{who}: no {noun} {task_id!r} here ({len(tasks)} {noun}s, e.g. "
+                         f"{next(iter(by_id))!r})")
+    return by_id[str(task_id)]
 
 
 def coerce_action(action: Any) -> str:

@@ -68,6 +68,14 @@ FAMILY_PROMPTS: dict[str, FamilyPrompt] = {
         "[ref=e12]: act with click(e12), fill(e4, \"text\"), select(e7, \"option\"), "
         "press(\"Enter\"), back() or goto(\"/cart\"); stop() gives up.",
         example="click[Add to cart]"),
+    "tooluse": FamilyPrompt(
+        "You solve tasks by calling tools. The first message lists them with their JSON schemas.",
+        action_tag="",
+        response_format=(
+            'Each reply does one thing. To call a tool, write <tool_call>{"name": "...", '
+            '"arguments": {...}}</tool_call>; its result comes back in the next message. When '
+            "you are done, write <answer>your answer</answer>."),
+        answer_template="<answer>{}</answer>"),
     "misc": FamilyPrompt("You are an agent that solves tasks step by step in a text environment."),
 }
 

@@ -34,7 +34,7 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from agentgym.env import TextEnv, coerce_action, extract_tag
+from agentgym.env import TextEnv, coerce_action, extract_tag, pick_task
 from agentgym.envs.search.index import MAX_QUERY_CHARS, BM25Index, Hit, Retriever
 from agentgym.envs.search.rewards import exact_match, word_f1
 from agentgym.envs.search.world import Question, generate_world
@@ -160,17 +160,8 @@ class SearchQAEnv(TextEnv):
         """Start on a question: ``options={"task_id": question id}``, else one drawn with
         ``seed``. Unknown options and ids raise ``ValueError``."""
         super().reset(seed=seed)
-        unknown = sorted(set(options or {}) - {"task_id"})
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {unknown}; SearchQAEnv accepts: task_id")
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            self._question = self.questions[int(self.np_random.integers(len(self.questions)))]
-        elif str(task_id) in self._by_id:
-            self._question = self._by_id[str(task_id)]
-        else:
-            raise ValueError(f"SearchQAEnv: no question {task_id!r} in this split "
-                             f"({len(self.questions)} questions, e.g. {self.questions[0].id!r})")
+        self._question = pick_task(self.questions, self._by_id, options, self.np_random,
+                                   "SearchQAEnv", "question")
         self._turns, self._done, self._titles, self._found = 0, False, set(), set()
         self._answer_scores = {}
         return f"Question: {self._question.question}", self._info()

@@ -23,7 +23,7 @@ from agentgym.envs.web.catalog import catalog
 from agentgym.envs.web.site.shop import Shop
 from agentgym.envs.web.tasks import SPLITS, Goal, Score, grade, tasks
 
-from agentgym.env import TextEnv
+from agentgym.env import TextEnv, pick_task
 
 __all__ = ["ShopEnvBase", "shop_for"]
 
@@ -65,17 +65,8 @@ class ShopEnvBase(TextEnv):
     def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
         """Pick the task (``options={"task_id": ...}``, else drawn with ``seed``) and a fresh
         visitor; forget the previous one."""
-        unknown = sorted(set(options or {}) - {"task_id"})
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {unknown}; {type(self).__name__} accepts: task_id")
-        task_id = (options or {}).get("task_id")
-        if task_id is None:
-            self.goal = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        elif str(task_id) in self._by_id:
-            self.goal = self._by_id[str(task_id)]
-        else:
-            raise ValueError(f"{type(self).__name__}: no task {task_id!r} in the {self.split} split "
-                             f"({len(self.tasks)} tasks, e.g. {self.tasks[0].id!r})")
+        self.goal = pick_task(self.tasks, self._by_id, options, self.np_random,
+                              f"{type(self).__name__} ({self.split} split)")
         self._forget()
         self.sid = secrets.token_hex(16)
         self._steps, self._done, self._score = 0, False, None

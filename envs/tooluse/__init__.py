@@ -1,0 +1,27 @@
+"""Tool use: function calling over sandboxed tools and stateful apps.
+
+- :mod:`~agentgym.envs.tooluse.protocol`: tool schemas (OpenAI format) and the ``<tool_call>``
+  text protocol;
+- :mod:`~agentgym.envs.tooluse.tools`: ``python``, ``bash``, ``sql``, file tools and the apps'
+  APIs, run in the task's sandbox;
+- :mod:`~agentgym.envs.tooluse.data`: data questions over generated CSV files and SQLite;
+- :mod:`~agentgym.envs.tooluse.apps`, :mod:`~agentgym.envs.tooluse.app_tasks`: calendar,
+  contacts, email and notes apps, and multi-step tasks checked on their end state;
+- :mod:`~agentgym.envs.tooluse.env`: ``agentgym/ToolUse-v0``.
+"""
+
+from agentgym.registry import EnvManifest
+from agentgym.registry import register as _register
+
+
+def register() -> None:
+    """Entry point of the ``agentgym.envs`` group: registers the tool-use envs."""
+    _register(
+        "agentgym/ToolUse-v0",
+        "agentgym.envs.tooluse.env:ToolUseEnv",
+        manifest=EnvManifest(
+            description="Function calling over sandboxed code, SQL, files and stateful apps",
+            family="tooluse",
+            extras=("tooluse",),
+        ),
+    )

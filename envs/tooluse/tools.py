@@ -1,0 +1,175 @@
+"""The tools of a tool-use task, run in the task's sandbox (never in the caller's process).
+
+:data:`WORKSPACE_TOOLS` are ``python``, ``bash``, ``sql`` (SQLite on a database file of the
+workspace), ``list_files``, ``read_file`` and ``write_file``; :func:`app_tools` are the APIs of the
+stateful apps (:mod:`~agentgym.envs.tooluse.apps`), whose state is the workspace file
+:data:`APP_STATE`. :class:`Toolbox` runs a :class:`~agentgym.envs.tooluse.protocol.ToolCall` in a
+started :class:`~agentgym.sandbox.Sandbox` and returns the text the agent reads: exit status,
+stdout and stderr for code, rows for SQL, file contents, or an ``Error: ...`` line. Code runs
+with a wall-clock limit (``timeout_s``, at most :data:`MAX_TIMEOUT_S`) and capped output; paths
+are relative to the workspace and may not leave it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from agentgym.envs.tooluse.protocol import Tool, ToolCall, format_output
+
+from agentgym.sandbox import Sandbox, SandboxError
+
+__all__ = ["APP_STATE", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox", "app_tools"]
+
+#: The workspace file holding the apps' state.
+APP_STATE = "apps.json"
+#: The longest ``timeout_s`` a code tool accepts, in seconds.
+MAX_TIMEOUT_S = 60
+#: Rows an SQL query shows at most.
+MAX_ROWS = 200
+
+_TIMEOUT = {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S,
+            "description": "wall-clock limit in seconds (default 10)"}
+_PATH = {"type": "string", "description": "a path relative to the workspace"}
+
+WORKSPACE_TOOLS: tuple[Tool, ...] = (
+    Tool("python", "Run Python 3 code in the workspace (the current directory); returns the exit "
+         "status, stdout and stderr. Only files persist between calls.", {
+             "type": "object", "properties": {"code": {"type": "string"}, "timeout_s": _TIMEOUT},
+             "required": ["code"], "additionalProperties": False}),
+    Tool("bash", "Run a bash command in the workspace; returns the exit status, stdout and stderr.", {
+        "type": "object", "properties": {"command": {"type": "string"}, "timeout_s": _TIMEOUT},
+        "required": ["command"], "additionalProperties": False}),
+    Tool("sql", f"Run one SQL statement on a SQLite database file of the workspace; returns the "
+         f"column names and up to {MAX_ROWS} rows, tab-separated.", {
+             "type": "object", "properties": {"query": {"type": "string"}, "database": _PATH},
+             "required": ["query", "database"], "additionalProperties": False}),
+    Tool("list_files", "List the files under a directory of the workspace, with their sizes.", {
+        "type": "object", "properties": {"path": _PATH}, "additionalProperties": False}),
+    Tool("read_file", "Read a text file of the workspace.", {
+        "type": "object", "properties": {"path": _PATH}, "required": ["path"],
+        "additionalProperties": False}),
+    Tool("write_file", "Create or replace a file of the workspace with the given text.", {
+        "type": "object", "properties": {"path": _PATH, "content": {"type": "string"}},
+        "required": ["path", "content"], "additionalProperties": False}),
+)
+
+# Run inside the sandbox by the sql and list_files tools (argv: database, query / path).
+_SQL = """
+import sqlite3, sys
+con = sqlite3.connect(f"file:{sys.argv[1]}?mode=rw", uri=True)
+cur = con.execute(sys.argv[2])
+con.commit()
+if cur.description is None:
+    print(f"ok ({cur.rowcount} rows changed)")
+else:
+    print("\\t".join(d[0] for d in cur.description))
+    rows = cur.fetchmany(MAX_ROWS + 1)
+    for row in rows[:MAX_ROWS]:
+        print("\\t".join("NULL" if v is None else str(v) for v in row))
+    if len(rows) > MAX_ROWS:
+        print("[more rows not shown: add LIMIT or aggregate]")
+""".replace("MAX_ROWS", str(MAX_ROWS))
+_LIST = """
+import os, sys
+for root, dirs, files in os.walk(sys.argv[1]):
+    dirs.sort()
+    for name in sorted(files):
+        path = os.path.join(root, name)
+        print(f"{os.path.relpath(path, '.')}\\t{os.path.getsize(path)} bytes")
+"""
+
+
+def app_tools() -> tuple[Tool, ...]:
+    """The apps' APIs as tools."""
+    from agentgym.envs.tooluse.apps import APIS
+
+    return tuple(Tool(api.name, api.description, api.parameters) for api in APIS.values())
+
+
+class Toolbox:
+    """Runs tool calls in ``sandbox`` (started; its workdir is the workspace).
+
+    Args:
+        sandbox: where everything runs.
+        max_output_chars: each result is cut to this many characters.
+        default_timeout_s: the wall-clock limit of a code tool called without ``timeout_s``.
+    """
+
+    def __init__(self, sandbox: Sandbox, *, max_output_chars: int = 4000,
+                 default_timeout_s: float = 10.0):
+        self.sandbox, self.max_output_chars = sandbox, max_output_chars
+        self.default_timeout_s = default_timeout_s
+
+    def run(self, call: ToolCall) -> str:
+        """The text result of ``call`` (already checked against the tool's schema)."""
+        args = call.arguments
+        timeout = float(args.get("timeout_s", self.default_timeout_s))
+        if call.name == "python":
+            return self._exec(["python3", "-c", args["code"]], timeout)
+        if call.name == "bash":
+            return self._exec(["bash", "-c", args["command"]], timeout)
+        if call.name in ("sql", "list_files", "read_file", "write_file"):
+            key = "database" if call.name == "sql" else "path"
+            path = _inside(args.get(key, "."))
+            if path is None:
+                return f"Error: {args.get(key)!r} is outside the workspace; use a relative path."
+            if call.name == "sql":
+                return self._exec(["python3", "-c", _SQL, path, args["query"]], timeout, plain=True)
+            if call.name == "list_files":
+                return self._exec(["python3", "-c", _LIST, path], timeout, plain=True)
+            if call.name == "read_file":
+                return self._read(path)
+            self.sandbox.write_file(path, args["content"].encode())
+            return f"wrote {len(args['content'])} characters to {path}"
+        return self._app(call.name, args)
+
+    def _exec(self, argv: list[str], timeout_s: float, plain: bool = False) -> str:
+        """Run ``argv``; code tools show status and both streams, ``plain`` ones their output
+        (or the error's last line)."""
+        result = self.sandbox.exec(argv, timeout_s=timeout_s,
+                                   max_output_bytes=4 * self.max_output_chars)
+        notes = []
+        if result.timed_out:
+            notes.append(f"killed after {timeout_s:g} s (timeout)")
+        elif result.truncated:
+            notes.append("killed: its output went over the limit")
+        if plain and result.returncode == 0 and not notes:
+            return format_output(result.stdout, self.max_output_chars)
+        if plain:
+            lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            return "Error: " + (notes[0] if notes else (lines[-1] if lines else "failed"))
+        text = (f"exit status: {result.returncode}" + "".join(f" ({n})" for n in notes)
+                + "\nstdout:\n" + result.stdout.decode("utf-8", "replace")
+                + "\nstderr:\n" + result.stderr.decode("utf-8", "replace"))
+        return format_output(text, self.max_output_chars)
+
+    def _read(self, path: str) -> str:
+        try:
+            data = self.sandbox.read_file(path, max_bytes=4 * self.max_output_chars)
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            return f"Error: cannot read {path}: {exc.strerror or type(exc).__name__}"
+        except SandboxError as exc:  # over the size limit, or the sandbox could not read it
+            return f"Error: cannot read {path}: {exc}"
+        return format_output(data, self.max_output_chars)
+
+    def _app(self, name: str, args: dict[str, Any]) -> str:
+        # apps.py is stdlib-only and run as a script (isolated mode): no import of agentgym,
+        # so a call costs a bare interpreter start. The sandbox sees it at the same path.
+        from agentgym.envs.tooluse import apps
+
+        result = self.sandbox.exec(
+            ["python3", "-I", apps.__file__, "call", name, json.dumps(args), "--state", APP_STATE],
+            timeout_s=30, max_output_bytes=4 * self.max_output_chars)
+        if result.returncode == 0:
+            return format_output(result.stdout, self.max_output_chars)
+        return "Error: " + format_output(result.stderr, self.max_output_chars).strip()
+
+
+def _inside(path: str) -> str | None:
+    """``path`` normalized, if it is relative and stays in the workspace."""
+    if path.startswith("/"):
+        return None
+    norm = posixpath.normpath(path)
+    return None if norm == ".." or norm.startswith("../") else norm
