@@ -1,0 +1,27 @@
+"""GUI desktops: real applications operated through their accessibility trees.
+
+- :mod:`~agentgym.envs.gui.driver`: one desktop (Xvfb, D-Bus, AT-SPI, openbox, applications)
+  served over pipes, run under Debian's Python;
+- :mod:`~agentgym.envs.gui.desktop`: its client;
+- :mod:`~agentgym.envs.gui.observation`, :mod:`~agentgym.envs.gui.actions`: the tree as text and
+  the action language;
+- :mod:`~agentgym.envs.gui.tasks`, :mod:`~agentgym.envs.gui.ods`: generated tasks and checkers;
+- :mod:`~agentgym.envs.gui.env`: ``agentgym/Desktop-v0``; :mod:`~agentgym.envs.gui.expert`.
+"""
+
+from agentgym.registry import EnvManifest
+from agentgym.registry import register as _register
+
+
+def register() -> None:
+    """Entry point of the ``agentgym.envs`` group: registers the desktop env."""
+    _register(
+        "agentgym/Desktop-v0",
+        "agentgym.envs.gui.env:DesktopEnv",
+        manifest=EnvManifest(
+            description="Mousepad, galculator and LibreOffice Calc on an X desktop, "
+                        "through AT-SPI accessibility trees",
+            family="gui",
+            extras=("gui",),
+        ),
+    )

@@ -1,0 +1,135 @@
+"""The action language of ``agentgym/Desktop-v0`` and its translation to xdotool commands.
+
+An action is one call with literal arguments, parsed with :mod:`ast` (never evaluated)::
+
+    click(12)            click(640, 400)       double_click(12)      right_click(640, 400)
+    drag(100, 200, 300, 200)                   type("Hello\\nworld")  key("ctrl+s")
+    key("ctrl+a BackSpace")                    scroll(0, 3)          wait()        done()
+
+Element ids come from the last observation; coordinates are screen pixels. ``key`` takes xdotool
+key names (``ctrl+s``, ``Return``, ``F2``), several separated by spaces, pressed in turn.
+``scroll(dx, dy)`` turns the wheel at the pointer (positive ``dy``: down, positive ``dx``: right).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ACTIONS", "Action", "ActionError", "parse_action", "xdotool_commands"]
+
+#: verb -> the argument shapes it accepts ("id": an element id, "xy": two coordinates).
+ACTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "click": (("id",), ("x", "y")),
+    "double_click": (("id",), ("x", "y")),
+    "right_click": (("id",), ("x", "y")),
+    "drag": (("x1", "y1", "x2", "y2"),),
+    "type": (("text",),),
+    "key": (("keys",),),
+    "scroll": (("dx", "dy"),),
+    "wait": ((),),
+    "done": ((),),
+}
+#: Longest text ``type`` accepts, in characters.
+MAX_TYPE_CHARS = 2000
+MODIFIERS = frozenset(("ctrl", "control", "shift", "alt", "super", "meta"))
+_KEY = re.compile(r"^[A-Za-z0-9_]+$")
+
+
+class ActionError(ValueError):
+    """An action the env cannot run; the message is shown to the agent."""
+
+
+@dataclass(frozen=True)
+class Action:
+    verb: str
+    args: tuple[Any, ...]
+
+
+def parse_action(text: str) -> Action:
+    """Parse one action (see the module documentation); :class:`ActionError` says what is wrong."""
+    source = text.strip()
+    if not source:
+        raise ActionError("empty action")
+    try:
+        tree = ast.parse(source, mode="eval").body
+    except (SyntaxError, ValueError) as exc:
+        raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}") from exc
+    if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.keywords:
+        raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}")
+    verb = tree.func.id
+    if verb not in ACTIONS:
+        raise ActionError(f"unknown action {verb!r}; actions: {', '.join(ACTIONS)}")
+    try:
+        args = tuple(ast.literal_eval(arg) for arg in tree.args)
+    except ValueError as exc:
+        raise ActionError(f"{verb}: arguments must be literal numbers or strings") from exc
+    shapes = ACTIONS[verb]
+    shape = next((s for s in shapes if len(s) == len(args)), None)
+    if shape is None:
+        wanted = " or ".join(f"{verb}({', '.join(s)})" for s in shapes)
+        raise ActionError(f"{verb} takes {wanted}; got {len(args)} argument(s)")
+    for name, value in zip(shape, args, strict=True):
+        if name in ("text", "keys"):
+            if not isinstance(value, str):
+                raise ActionError(f"{verb}: {name} must be a string, got {value!r:.40}")
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise ActionError(f"{verb}: {name} must be an integer, got {value!r:.40}")
+    if verb == "type" and len(args[0]) > MAX_TYPE_CHARS:
+        raise ActionError(f"type: text of {len(args[0])} characters; at most {MAX_TYPE_CHARS}")
+    if verb == "key":
+        _check_keys(args[0])
+    return Action(verb, args)
+
+
+def _check_keys(keys: str) -> None:
+    combos = keys.split()
+    if not combos:
+        raise ActionError('key: no key given, e.g. key("ctrl+s")')
+    for combo in combos:
+        parts = combo.split("+")
+        if not all(_KEY.match(p) for p in parts) or not all(
+                p.lower() in MODIFIERS for p in parts[:-1]):
+            raise ActionError(f"key: {combo!r} is not a key name like Return, F2 or ctrl+shift+s")
+
+
+def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list[str]]:
+    """The xdotool argument lists that perform ``action``; ``point`` is where a click goes (the
+    env resolves ids and checks coordinates). ``type`` types line by line with Return between
+    (xdotool drops newlines); ``wait``/``done`` need no command."""
+    verb, args = action.verb, action.args
+    if verb in ("click", "double_click", "right_click"):
+        assert point is not None
+        x, y = point
+        click = {"click": ["click", "1"], "double_click": ["click", "--repeat", "2", "--delay",
+                                                            "80", "1"],
+                 "right_click": ["click", "3"]}[verb]
+        return [["mousemove", str(x), str(y), *click]]
+    if verb == "drag":
+        x1, y1, x2, y2 = (str(v) for v in args)
+        return [["mousemove", x1, y1, "mousedown", "1", "sleep", "0.05",
+                 "mousemove", str((int(x1) + int(x2)) // 2), str((int(y1) + int(y2)) // 2),
+                 "sleep", "0.05", "mousemove", x2, y2, "sleep", "0.05", "mouseup", "1"]]
+    if verb == "type":
+        commands: list[list[str]] = []
+        for i, line in enumerate(args[0].split("\n")):
+            if i:
+                commands.append(["key", "Return"])
+            if line:
+                commands.append(["type", "--delay", "8", "--", line])
+        return commands
+    if verb == "key":
+        return [["key", "--delay", "40", *args[0].split()]]
+    if verb == "scroll":
+        dx, dy = args
+        commands = []
+        if dy:
+            commands.append(["click", "--repeat", str(min(abs(dy), 50)), "--delay", "10",
+                             "5" if dy > 0 else "4"])
+        if dx:
+            commands.append(["click", "--repeat", str(min(abs(dx), 50)), "--delay", "10",
+                             "7" if dx > 0 else "6"])
+        return commands
+    return []
