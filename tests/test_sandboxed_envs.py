@@ -2,8 +2,8 @@
 ``collect(..., sandbox=...)``, ``agentgym eval sandbox=...``, ``agentgym build`` and
 ``agentgym sandbox gc``.
 
-Every registered env plays the same in-process, through ``sandbox="local"`` (bubblewrap) and
-through ``sandbox="docker"`` (the text games' image); faults (a killed container, a killed
+Every registered env (but the desktop, see ENVS) plays the same in-process, through
+``sandbox="local"`` (bubblewrap) and through ``sandbox="docker"`` (the text games' image); faults (a killed container, a killed
 server) give clear errors and leave the batch running; nothing outlives a test. The docker cases
 skip without a daemon, except under CI (``$CI`` set), where that is a failure.
 """
@@ -58,7 +58,9 @@ from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
 from agentgym.server.jsonsafe import to_jsonable
 
 SOKOBAN = "agentgym/Sokoban-v0"
-ENVS = sorted(agentgym.list_envs())
+#: Every env but the desktop, whose observations carry live window geometry (a layout can take a
+#: frame longer): tests/test_gui.py plays it under both backends, checking outcomes, not traces.
+ENVS = sorted(e for e in agentgym.list_envs() if e != "agentgym/Desktop-v0")
 SEEDS = (0, 1, 2)
 TURNS = 8
 CLI = [sys.executable, "-m", "agentgym.cli"]

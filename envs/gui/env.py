@@ -11,20 +11,23 @@ else 0). A bad action (unknown id, a point off the screen, a malformed call) is 
 observation with ``action_valid=False``. After ``max_turns`` actions the episode is truncated.
 
 ``info``: ``task_id``, ``instruction``, ``task_type`` (the kind), ``state_key`` (the visible tree
-without its ids), ``action_valid``, ``success``, ``turn`` (actions taken), ``episode_id`` (drawn
-at each reset, so that a scripted policy can tell interleaved episodes apart); after
+without its ids), ``action_valid``, ``success``, ``turn`` (actions taken), ``episode_id``
+(this env and a number drawn at each reset from its seed, so that a scripted policy can tell
+interleaved episodes apart); after
 ``done()``, ``problems`` (what the checker found); with ``screenshot="png"`` the screen as a
 ``data:image/png`` URI in ``info["screenshot"]``, with ``"som"`` the same picture with numbered
-element boxes (set of marks). An application that dies or a desktop that fails is reported in the observation; a dead
-desktop truncates the episode with ``info["error"]`` and is replaced at the next reset.
+element boxes (set of marks). An application that dies or a desktop that fails is reported in
+the observation; a dead desktop truncates the episode with ``info["error"]`` and is replaced at
+the next reset.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import itertools
+import os
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -67,6 +70,9 @@ FRAME = (2, 25)
 TASK_SETS = {"all": KINDS, "text": ("edit_text", "new_file", "setting"),
              "calculator": ("calc_paste",), "spreadsheet": ("sheet_total", "sheet_edit")}
 SCREENSHOTS = (None, "png", "som")
+#: Longest wait for a new episode's windows to stop changing, in seconds.
+SETTLE_LIMIT_S = 3.0
+_INSTANCES = itertools.count(1)
 _IDS = re.compile(r"^\s*\[\d+\] ", re.MULTILINE)
 
 
@@ -112,6 +118,7 @@ class DesktopEnv(TextEnv):
         self._turns, self._done, self._success = 0, False, False
         self._problems: tuple[str, ...] = ()
         self._episode_id = ""
+        self._instance = f"{os.getpid():x}.{next(_INSTANCES)}"
 
     # -- episodes ------------------------------------------------------------------------------
 
@@ -122,7 +129,7 @@ class DesktopEnv(TextEnv):
         super().reset(seed=seed)
         self.task = pick_task(self.tasks, self._by_id, options, self.np_random, "DesktopEnv")
         self._turns, self._done, self._success, self._problems = 0, False, False, ()
-        self._episode_id = uuid.uuid4().hex[:12]
+        self._episode_id = f"{self._instance}-{int(self.np_random.integers(1 << 32)):08x}"
         desktop = self._desktop()
         files = {KEYFILE: PRESET.encode()}
         for path, data in self.task.files.items():
@@ -138,7 +145,7 @@ class DesktopEnv(TextEnv):
             desktop.launch(argv, app.atspi, (x, y, w - FRAME[0], h - FRAME[1]))
         if shared:  # the first application (the one that saves) gets the keyboard
             self._focus(APPS[self.task.apps[0][0]].atspi)
-        observation, info = self._observe("")
+        observation, info = self._observe("", settled=True)
         return observation, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -227,9 +234,18 @@ class DesktopEnv(TextEnv):
             x, y, w, _h = frame["box"]
             self._desktop(start=False).xdotool("mousemove", x + w // 2, y + 8, "click", "1")
 
-    def _observe(self, note: str) -> tuple[str, dict[str, Any]]:
+    def _observe(self, note: str, settled: bool = False) -> tuple[str, dict[str, Any]]:
+        """The observation and info of the desktop now; ``settled``: once two reads of the tree
+        agree (freshly placed windows lay out their contents a moment later)."""
         desktop = self._desktop(start=False)
         tree = desktop.tree()
+        deadline = time.monotonic() + SETTLE_LIMIT_S
+        while settled and time.monotonic() < deadline:
+            time.sleep(0.05)
+            again = desktop.tree()
+            if again == tree:
+                break
+            tree = again
         text, self._boxes = render_tree(tree["nodes"])
         running = {n["app"] for n in tree["nodes"]}
         gone = [name for name, _ in self.task.apps if APPS[name].atspi not in running]
