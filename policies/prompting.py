@@ -76,6 +76,13 @@ FAMILY_PROMPTS: dict[str, FamilyPrompt] = {
             '"arguments": {...}}</tool_call>; its result comes back in the next message. When '
             "you are done, write <answer>your answer</answer>."),
         answer_template="<answer>{}</answer>"),
+    "gui": FamilyPrompt(
+        "You operate desktop applications to do what the task asks. Each turn you see the "
+        "accessibility tree of the open windows: numbered elements with role, name, states, "
+        "screen box @(x,y wxh) and text. Act with click(id) or click(x, y), double_click, "
+        "right_click, drag(x1, y1, x2, y2), type(\"text\"), key(\"ctrl+s\"), scroll(dx, dy) "
+        "or wait(); when the task is finished (files saved), done().",
+        example="click(7)"),
     "misc": FamilyPrompt("You are an agent that solves tasks step by step in a text environment."),
 }
 

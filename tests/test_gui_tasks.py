@@ -62,7 +62,7 @@ def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
 
 def test_actions_become_xdotool_commands() -> None:
     assert xdotool_commands(parse_action("click(5)"), (10, 20)) == [
-        ["mousemove", "10", "20", "click", "1"]]
+        ["mousemove", "10", "20", "click", "--delay", "0", "1"]]
     # xdotool drops newlines: each line is typed, Return pressed between
     assert xdotool_commands(parse_action('type("ab\\n\\ncd")'), None) == [
         ["type", "--delay", "8", "--", "ab"], ["key", "Return"], ["key", "Return"],

@@ -103,9 +103,10 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
     if verb in ("click", "double_click", "right_click"):
         assert point is not None
         x, y = point
-        click = {"click": ["click", "1"], "double_click": ["click", "--repeat", "2", "--delay",
-                                                            "80", "1"],
-                 "right_click": ["click", "3"]}[verb]
+        # xdotool waits --delay (default 100 ms) after a click even when there is no next one
+        click = {"click": ["click", "--delay", "0", "1"],
+                 "double_click": ["click", "--repeat", "2", "--delay", "80", "1"],
+                 "right_click": ["click", "--delay", "0", "3"]}[verb]
         return [["mousemove", str(x), str(y), *click]]
     if verb == "drag":
         x1, y1, x2, y2 = (str(v) for v in args)
@@ -121,7 +122,8 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
                 commands.append(["type", "--delay", "8", "--", line])
         return commands
     if verb == "key":
-        return [["key", "--delay", "40", *args[0].split()]]
+        combos = args[0].split()
+        return [["key", "--delay", "30" if len(combos) > 1 else "0", *combos]]
     if verb == "scroll":
         dx, dy = args
         commands = []
