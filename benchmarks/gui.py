@@ -26,7 +26,7 @@ from rich.progress import track
 from rich.table import Table
 
 console = Console()
-APPS = {"mousepad": "text", "galculator + mousepad": "calculator",
+APPS = {"mousepad": "text", "galculator + mousepad": "calculator", "thunar": "files",
         "libreoffice calc": "spreadsheet"}
 
 

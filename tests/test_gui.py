@@ -1,5 +1,5 @@
-"""``agentgym/Desktop-v0`` on a real desktop: Xvfb, D-Bus, AT-SPI, openbox, Mousepad, galculator
-and LibreOffice Calc, driven with xdotool.
+"""``agentgym/Desktop-v0`` on a real desktop: Xvfb, D-Bus, AT-SPI, openbox, Mousepad, galculator,
+LibreOffice Calc and Thunar, driven with xdotool.
 
 The expert solves every task; checkers reject near misses made in the real applications; the
 observation lists what the screenshot shows; episodes are isolated; bad actions, a crashed or
@@ -34,8 +34,8 @@ from agentgym.envs.gui.tasks import KEYFILE, gui_tasks, keyfile_value
 
 pytestmark = pytest.mark.gui
 
-PROGRAMS = ("Xvfb", "openbox", "mousepad", "galculator", "soffice.bin", "oosplash",
-            "at-spi-bus-laun", "at-spi2-registr", "dbus-daemon", "xdotool")
+PROGRAMS = ("Xvfb", "openbox", "mousepad", "galculator", "soffice.bin", "oosplash", "thunar",
+            "xfconfd", "at-spi-bus-laun", "at-spi2-registr", "dbus-daemon", "xdotool")
 
 
 def _programs() -> set[int]:
@@ -143,6 +143,8 @@ def test_checkers_reject_near_misses_made_in_the_applications(env: DesktopEnv) -
      + [("toggle button", "="), ("toggle button", "AC"), ("menu", "Calculator")]),
     ("sheet_edit-0", [("menu", "File"), ("menu", "Sheet"), ("menu", "Data"),
                       ("page tab", "Sheet1"), ("table cell", "A1"), ("table cell", "B2")]),
+    ("move_file-0", [("menu", "File"), ("menu", "Go"), ("push button", "Home"),
+                     ("table column header", "Name"), ("table column header", "Size")]),
 ])
 def test_the_tree_lists_what_the_screenshot_shows(task_id: str, names: list) -> None:
     from PIL import Image, ImageStat

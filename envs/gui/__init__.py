@@ -19,7 +19,7 @@ def register() -> None:
         "agentgym/Desktop-v0",
         "agentgym.envs.gui.env:DesktopEnv",
         manifest=EnvManifest(
-            description="Mousepad, galculator and LibreOffice Calc on an X desktop, "
+            description="Mousepad, galculator, LibreOffice Calc and Thunar on an X desktop, "
                         "through AT-SPI accessibility trees",
             family="gui",
             extras=("gui",),

@@ -190,6 +190,14 @@ class Desktop:
             time.sleep(0.02)
 
     def close_apps(self):
+        """Stop the applications and the services the session bus started for them (xfconfd,
+        which caches settings that the next episode's home must decide)."""
+        bus = next((p.pid for name, p in self.services if name == "dbus-daemon"), None)
+        for pid in _children(bus) if bus is not None else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for proc in self.apps:
             _signal_group(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + 3.0
@@ -391,6 +399,21 @@ def _read_line(fd, timeout_s, proc, name):
                 raise RuntimeError(f"{name} closed its pipe without answering")
             data += chunk
     return data.decode().strip()
+
+
+def _children(pid):
+    """The pids whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry))
+    return found
 
 
 def _signal_group(pgid, sig):

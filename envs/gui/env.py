@@ -3,8 +3,8 @@
 A desktop (Xvfb, D-Bus with the AT-SPI bus, openbox; see :mod:`~agentgym.envs.gui.desktop`) is
 started at the first reset and kept: every reset stops the applications, rebuilds the home
 directory with the task's files and settings, and launches the task's applications (Mousepad,
-galculator, LibreOffice Calc). The observation is the task, the active window's title and the
-visible accessibility tree with element ids (:mod:`~agentgym.envs.gui.observation`); actions are
+galculator, LibreOffice Calc, Thunar). The observation is the task, the active window's title
+and the visible accessibility tree with element ids (:mod:`~agentgym.envs.gui.observation`); actions are
 the calls of :mod:`~agentgym.envs.gui.actions`, run with xdotool. ``done()`` ends the episode:
 the task's checker reads the files and settings the applications left (reward 1 when solved,
 else 0). A bad action (unknown id, a point off the screen, a malformed call) is answered in the
@@ -55,6 +55,7 @@ class App:
 APPS = {
     "mousepad": App(("mousepad", "--disable-server", "{file}"), "mousepad", (0, 0, 760, 800)),
     "galculator": App(("galculator",), "galculator", (770, 0, 500, 560)),
+    "files": App(("thunar", "{file}"), "thunar", (0, 0, 1280, 800)),
     "calc": App(("soffice", "--calc", "--norestore", "--nologo", "--nolockcheck", "{file}"),
                 "soffice", (0, 0, 1280, 800)),
 }
@@ -68,6 +69,7 @@ PRESET = (
 #: What the window manager adds around a window (border, title bar), in pixels.
 FRAME = (2, 25)
 TASK_SETS = {"all": KINDS, "text": ("edit_text", "new_file", "setting"),
+             "files": ("rename_file", "move_file"),
              "calculator": ("calc_paste",), "spreadsheet": ("sheet_total", "sheet_edit")}
 SCREENSHOTS = (None, "png", "som")
 #: Longest wait for a new episode's windows to stop changing, in seconds.
@@ -80,7 +82,8 @@ class DesktopEnv(TextEnv):
     """Desktop applications through accessibility trees (see the module documentation).
 
     Args:
-        tasks: ``"all"``, ``"text"`` (Mousepad), ``"calculator"``, ``"spreadsheet"`` (Calc), or
+        tasks: ``"all"``, ``"text"`` (Mousepad), ``"calculator"``, ``"spreadsheet"`` (Calc),
+            ``"files"`` (Thunar), or
             one task kind of :data:`~agentgym.envs.gui.tasks.KINDS`.
         split: ``"train"``, ``"test"`` or ``"all"``.
         max_turns: actions before the episode is truncated.

@@ -119,6 +119,19 @@ def _done_when_closed(nodes: list[Node], task: GuiTask) -> str | None:
     return None if _dialog_open(nodes) else "done()"
 
 
+def _done_when_no_dialog(nodes: list[Node], task: GuiTask) -> str | None:
+    """``done()`` once no dialog is open; else None (the step before is repeated)."""
+    return None if _find(nodes, "dialog") is not None else "done()"
+
+
+def _archive_path(nodes: list[Node], task: GuiTask) -> str | None:
+    """Type the Archive folder's path into the location bar (which shows the home's path)."""
+    location = _find(nodes, "text", where=lambda n: (n.text or "").endswith("/Documents/"))
+    if location is None or "focused" not in location.states:
+        return None
+    return f"type({json.dumps(location.text[:-len('Documents/')] + 'Archive/')})"
+
+
 def _save_as_name(nodes: list[Node], task: GuiTask) -> str | None:
     dialog = _find(nodes, "dialog") or _find(nodes, "file chooser")
     if dialog is None:
@@ -153,6 +166,16 @@ def _plan(task: GuiTask) -> list[Step]:
         return [_click("text", where=_name_box), _act(f'type("{target["cell"]}\\n")'),
                 _act(f'type("{target["value"]}\\n")'), _act('key("ctrl+s")'), _act("wait()"),
                 _act("done()")]
+    if task.kind in ("rename_file", "move_file"):
+        (old, new), = target["moves"].items()
+        pick = _click("table cell", old.split("/")[1])
+        if task.kind == "rename_file":
+            return [pick, _act('key("F2")'), _act('key("ctrl+a")'),
+                    _act(f"type({json.dumps(new.split('/')[1])})"), _act('key("Return")'),
+                    _done_when_no_dialog]
+        return [pick, _act('key("ctrl+x")'), _act('key("ctrl+l")'), _archive_path,
+                _act('key("Return")'), _click("directory pane"), _act('key("ctrl+v")'),
+                _act("wait()"), _act("done()")]
     raise ValueError(f"no plan for task kind {task.kind!r}")
 
 

@@ -11,6 +11,8 @@ screen. Kinds:
 ``setting``     Mousepad: switch a view setting on or off (saved in GSettings).
 ``sheet_total`` LibreOffice Calc: put a formula totalling a column under it and save.
 ``sheet_edit``  LibreOffice Calc: change one cell and save, leaving the others as they were.
+``rename_file`` Thunar: rename a file.
+``move_file``   Thunar: move a file into another folder.
 
 Tasks are drawn from seeded generators, so ``gui_tasks()`` is the same everywhere; the split is
 fixed by position (every fifth task of a kind is a test task).
@@ -29,7 +31,8 @@ from agentgym.envs.gui.ods import read_ods, sum_range, write_ods
 
 __all__ = ["KINDS", "Check", "GuiTask", "check", "gui_tasks", "keyfile_value"]
 
-KINDS = ("edit_text", "new_file", "calc_paste", "setting", "sheet_total", "sheet_edit")
+KINDS = ("edit_text", "new_file", "calc_paste", "setting", "sheet_total", "sheet_edit",
+         "rename_file", "move_file")
 PER_KIND = 12
 #: Mousepad view settings a task may switch: key -> the menu and the item that switch it.
 SETTINGS = {"show-line-numbers": ("View", "Line Numbers"), "word-wrap": ("Document", "Word Wrap"),
@@ -42,6 +45,11 @@ _PLACES = ["room 4", "the library", "the lab", "hall B", "the cafe", "office 12"
 _DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
 _ITEMS = ["apples", "paper", "pens", "coffee", "cables", "tape", "folders", "batteries",
           "markers", "staples", "cups", "tea"]
+#: Thunar's settings: the details view (the icon view exposes no files to AT-SPI).
+THUNAR_SETTINGS = (
+    ".config/xfce4/xfconf/xfce-perchannel-xml/thunar.xml",
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<channel name="thunar" version="1.0">\n'
+    b'  <property name="last-view" type="string" value="ThunarDetailsView"/>\n</channel>\n')
 _FILES = ["notes", "todo", "draft", "memo", "plan", "agenda", "summary", "reminder"]
 
 
@@ -157,8 +165,43 @@ def _sheet_edit(rng: random.Random, i: int) -> GuiTask:
         {"path": path, "cell": f"B{row + 1}", "value": value, "rows": rows})
 
 
+def _folder(rng: random.Random, i: int) -> dict[str, bytes]:
+    """A Documents folder of four or five text files (distinct names and contents)."""
+    names = rng.sample(_FILES, rng.randint(4, 5))
+    files = {f"Documents/{name}_{i}.txt": f"{_sentence(rng)}\n".encode() for name in names}
+    files["Archive/.keep"] = b""
+    files[THUNAR_SETTINGS[0]] = THUNAR_SETTINGS[1]
+    return files
+
+
+def _rename_file(rng: random.Random, i: int) -> GuiTask:
+    files = _folder(rng, i)
+    old = rng.choice([p for p in files if p.startswith("Documents/")])
+    new = f"Documents/{rng.choice(_NAMES).lower()}_{rng.choice(_ITEMS)}_{i}.txt"
+    return GuiTask(
+        f"rename_file-{i}", "rename_file",
+        f"In the file manager (Thunar), rename ~/{old} to {new.split('/')[1]}.",
+        (("files", "Documents"),), files, {"moves": {old: new}, "files": _listing(files)})
+
+
+def _move_file(rng: random.Random, i: int) -> GuiTask:
+    files = _folder(rng, i)
+    old = rng.choice([p for p in files if p.startswith("Documents/")])
+    new = "Archive/" + old.split("/")[1]
+    return GuiTask(
+        f"move_file-{i}", "move_file",
+        f"In the file manager (Thunar), move ~/{old} into the folder ~/Archive.",
+        (("files", "Documents"),), files, {"moves": {old: new}, "files": _listing(files)})
+
+
+def _listing(files: dict[str, bytes]) -> dict[str, str]:
+    return {path: data.decode() for path, data in files.items()
+            if path.startswith(("Documents/", "Archive/"))}
+
+
 _MAKERS = {"edit_text": _edit_text, "new_file": _new_file, "calc_paste": _calc_paste,
-           "setting": _setting, "sheet_total": _sheet_total, "sheet_edit": _sheet_edit}
+           "setting": _setting, "sheet_total": _sheet_total, "sheet_edit": _sheet_edit,
+           "rename_file": _rename_file, "move_file": _move_file}
 
 
 @functools.lru_cache(maxsize=8)
@@ -210,7 +253,24 @@ def check(task: GuiTask, home: Path) -> Check:
             return Check(False, (f"{target['key']} is {value}, expected "
                                  f"{str(target['value']).lower()}",))
         return Check(True)
+    if task.kind in ("rename_file", "move_file"):
+        return _check_files(task, home)
     return _check_sheet(task, home)
+
+
+def _check_files(task: GuiTask, home: Path) -> Check:
+    """The folders hold the start's files with the moves applied, and nothing else."""
+    expected = {task.target["moves"].get(path, path): text
+                for path, text in task.target["files"].items()}
+    found = {}
+    for folder in ("Documents", "Archive"):
+        for path in sorted((home / folder).rglob("*")) if (home / folder).is_dir() else ():
+            if path.is_file():
+                found[str(path.relative_to(home))] = path.read_bytes().decode(errors="replace")
+    problems = [f"~/{p} is missing" for p in expected if p not in found]
+    problems += [f"~/{p} should not exist" for p in found if p not in expected]
+    problems += [f"~/{p} changed" for p in expected if p in found and found[p] != expected[p]]
+    return Check(not problems, tuple(problems))
 
 
 def _check_sheet(task: GuiTask, home: Path) -> Check:
