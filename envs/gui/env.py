@@ -3,11 +3,11 @@
 A desktop (Xvfb, D-Bus with the AT-SPI bus, openbox; see :mod:`~agentgym.envs.gui.desktop`) is
 started at the first reset and kept: every reset stops the applications, rebuilds the home
 directory with the task's files and settings, and launches the task's applications (Mousepad,
-galculator, LibreOffice Calc, Thunar). The observation is the task, the active window's title
-and the visible accessibility tree with element ids (:mod:`~agentgym.envs.gui.observation`);
-actions are the calls of :mod:`~agentgym.envs.gui.actions`, run with xdotool. ``done()`` ends
-the episode: the task's checker reads the files and settings the applications left (reward 1
-when solved, else 0). A bad action (unknown id, a point off the screen, a malformed call) is answered in the
+galculator, LibreOffice Calc, Thunar). The observation is the task, the active window's title and
+the visible accessibility tree with element ids (:mod:`~agentgym.envs.gui.observation`); actions
+are the calls of :mod:`~agentgym.envs.gui.actions`, run with xdotool. ``done()`` ends the episode:
+the task's checker reads the files and settings the applications left (reward 1 when solved, else
+0). A bad action (unknown id, a point off the screen, a malformed call) is answered in the
 observation with ``action_valid=False``. After ``max_turns`` actions the episode is truncated.
 
 ``info``: ``task_id``, ``instruction``, ``task_type`` (the kind), ``state_key`` (the visible tree
