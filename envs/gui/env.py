@@ -11,14 +11,13 @@ the task's checker reads the files and settings the applications left (reward 1 
 observation with ``action_valid=False``. After ``max_turns`` actions the episode is truncated.
 
 ``info``: ``task_id``, ``instruction``, ``task_type`` (the kind), ``state_key`` (the visible tree
-without its ids), ``action_valid``, ``success``, ``turn`` (actions taken), ``episode_id``
-(this env and a number drawn at each reset from its seed, so that a scripted policy can tell
-interleaved episodes apart); after
-``done()``, ``problems`` (what the checker found); with ``screenshot="png"`` the screen as a
-``data:image/png`` URI in ``info["screenshot"]``, with ``"som"`` the same picture with numbered
-element boxes (set of marks). An application that dies or a desktop that fails is reported in
-the observation; a dead desktop truncates the episode with ``info["error"]`` and is replaced at
-the next reset.
+without its ids), ``action_valid``, ``success``, ``turn`` (actions taken), ``episode_id`` (this env
+and a number drawn at each reset from its seed, so that a scripted policy can tell interleaved
+episodes apart); after ``done()``, ``problems`` (what the checker found); with ``screenshot="png"``
+the screen as a ``data:image/png`` URI in ``info["screenshot"]``, with ``"som"`` the same picture
+with numbered element boxes (set of marks). An application that dies or a desktop that fails is
+reported in the observation; a dead desktop truncates the episode with ``info["error"]`` and is
+replaced at the next reset.
 """
 
 from __future__ import annotations
