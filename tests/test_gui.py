@@ -319,7 +319,7 @@ def test_the_desktop_runs_in_a_sandbox(backend: str, request: pytest.FixtureRequ
         request.getfixturevalue("gui_image")
     env = agentgym.make("agentgym/Desktop-v0", sandbox=backend, split="all")
     try:
-        for task_id in ("new_file-0", "calc_paste-0", "sheet_total-0"):
+        for task_id in ("new_file-0", "calc_paste-0", "sheet_total-0", "rename_file-0"):
             _obs, info = play(env, task_id)
             assert info["success"], (backend, task_id, info)
     finally:

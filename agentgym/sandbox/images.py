@@ -63,8 +63,8 @@ FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {
     # the desktop (envs/gui): X server, buses, window manager, xdotool, Debian's Python with
     # the Atspi and Gdk typelibs for the driver, and the applications
     "gui": ("xvfb", "openbox", "dbus", "at-spi2-core", "python3-gi", "gir1.2-atspi-2.0",
-            "gir1.2-gtk-3.0", "xdotool", "mousepad", "galculator", "libreoffice-calc",
-            "libreoffice-gtk3", "fonts-dejavu-core"),
+            "gir1.2-gtk-3.0", "xdotool", "mousepad", "galculator", "thunar",
+            "libreoffice-calc", "libreoffice-gtk3", "fonts-dejavu-core"),
 }
 """Debian packages an image needs besides Python. Offline, they go into a base of the image's
 own (``agentgym/base-<name>:bookworm-<digest of the package list>``); on another base the
