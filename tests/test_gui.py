@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from gymnasium.utils.env_checker import check_env
@@ -27,7 +28,8 @@ from conftest import unavailable
 from test_sandbox_docker import base_image, client  # noqa: F401  (fixtures)
 
 import agentgym
-from agentgym.envs.gui.desktop import desktop_available
+from agentgym.envs.gui import desktop as desktop_module
+from agentgym.envs.gui.desktop import Desktop, desktop_available
 from agentgym.envs.gui.env import DesktopEnv
 from agentgym.envs.gui.expert import expert_action, parse_observation
 from agentgym.envs.gui.tasks import KEYFILE, gui_tasks, keyfile_value
@@ -215,6 +217,8 @@ def test_bad_actions_are_answered_and_the_episode_goes_on(env: DesktopEnv) -> No
         ("click(", "not a call"),
         ('key("ctrl+nope+s")', "not a key name"),
         ("type('" + "x" * 100_000 + "')", "at most 2000"),
+        ('key("Return exec touch pwned")', "not a key name"),  # no command through xdotool
+        ("click(" + "-" * 3000 + "1)", "not a call"),
         ("\x00\udcff junk", "not a call"),
         ("", "empty action"),
     ]:
@@ -228,6 +232,30 @@ def test_bad_actions_are_answered_and_the_episode_goes_on(env: DesktopEnv) -> No
     assert info["action_valid"] and "focused" in node(obs, "text").states
     with pytest.raises(TypeError, match="actions are text"):
         env.step(3)  # type: ignore[arg-type]
+
+
+def test_a_desktop_that_fails_to_start_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen, real_chown = subprocess.Popen, desktop_module._chown
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    def broken_chown(path: Path, *, recursive: bool = False) -> None:
+        if path.name == "run":  # the runtime folder, made after the driver started
+            raise OSError("injected: chown failed")
+        real_chown(path, recursive=recursive)
+
+    monkeypatch.setattr(desktop_module.subprocess, "Popen", popen)
+    monkeypatch.setattr(desktop_module, "_chown", broken_chown)
+    desktop = Desktop()
+    with pytest.raises(OSError, match="injected"):
+        desktop.start()  # fails after the driver started
+    assert started and started[0].poll() is not None  # the driver was stopped
+    assert list(tmp_path.iterdir()) == [] and desktop.root is None and not desktop.alive()
 
 
 def _pids(name: str) -> list[int]:
@@ -283,7 +311,9 @@ def test_bad_arguments_raise() -> None:
     for kwargs, message in [({"tasks": "paint"}, "tasks must be"),
                             ({"split": "dev"}, "split must be"),
                             ({"max_turns": 0}, "max_turns"),
-                            ({"screenshot": "jpeg"}, "screenshot must be")]:
+                            ({"screenshot": "jpeg"}, "screenshot must be"),
+                            ({"settle_s": -1}, "settle_s must be"),
+                            ({"width": 1024, "height": 768}, "at least 1280x800")]:
         with pytest.raises(ValueError, match=message):
             DesktopEnv(**kwargs)
     env = DesktopEnv()

@@ -54,6 +54,16 @@ def test_actions_parse(text: str, verb: str, args: tuple) -> None:
     ('key("")', "no key"),
     ("type('" + "x" * 3000 + "')", "at most"),
     ("\x00\xff" * 10, "not a call"),
+    # xdotool's key runs the rest of its arguments as a new command from a command name on
+    ('key("Return exec touch pwned")', "not a key name"),
+    ('key("Return EXEC sh")', "not a key name"),
+    ('key("ctrl+sleep")', "not a key name"),
+    ('key("' + "a " * 21 + '")', "at most 20"),
+    # deep or huge sources are refused, never a RecursionError or MemoryError out of step()
+    ("a" + ".a" * 100_000, "characters; at most"),
+    ("click(" + "-" * 3000 + "1)", "not a call|literal"),
+    ("click(1)" + "(1)" * 3000, "not a call"),
+    ("type(" + "(" * 3000 + "'x'" + ")" * 3000 + ")", "not a call|literal"),
 ])
 def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ActionError, match=message):
@@ -73,6 +83,10 @@ def test_actions_become_xdotool_commands() -> None:
         ["click", "--repeat", "3", "--delay", "10", "5"],
         ["click", "--repeat", "2", "--delay", "10", "6"]]
     assert xdotool_commands(parse_action("done()"), None) == []
+    # a long line goes in chunks, each well inside the driver's timeout for one command
+    text = "".join(chr(97 + i % 26) for i in range(1200))
+    chunks = xdotool_commands(parse_action(f'type("{text}")'), None)
+    assert len(chunks) == 5 and "".join(c[-1] for c in chunks) == text
 
 
 def test_the_tree_renders_with_ids_and_parses_back() -> None:
@@ -108,6 +122,9 @@ def test_ods_round_trip_and_cell_names() -> None:
         ["A1", "Z10", "AA1", "ZZ2"]
     assert sum_range("of:=SUM([.B2:.B6])") == ("B2", "B6")
     assert sum_range("of:=B2+B3") is None
+    assert sum_range("of:=SUM([.$B$2:.B$6])") == ("B2", "B6")  # absolute references
+    assert sum_range("of:=0*SUM([.B2:.B6])+21") is None  # a SUM, but not the value of the cell
+    assert sum_range("of:=SUM([.B2:.B6])*2") is None
     with pytest.raises(ValueError, match="not an OpenDocument"):
         read_ods(b"plain text")
 
@@ -210,3 +227,21 @@ def test_sheet_checkers_want_the_formula_the_value_and_nothing_else(tmp_path: Pa
     assert check(edit, home).success
     (home / edit.target["path"]).write_bytes(write_ods(rows + [["extra", 1]]))
     assert "should not be" in check(edit, home).problems[-1]
+
+
+def test_file_checkers_want_the_moves_and_plain_files_only(tmp_path: Path) -> None:
+    for task_id in ("rename_file-0", "move_file-0"):
+        task = _task(task_id)
+        home = _home(tmp_path / task_id, task)
+        (old, new), = task.target["moves"].items()
+        assert "missing" in " ".join(check(task, home).problems)  # nothing done yet
+        (home / new).parent.mkdir(exist_ok=True)
+        (home / old).rename(home / new)
+        assert check(task, home).success
+        (home / new).rename(home / "elsewhere.txt")  # moved out of the folders, a link left
+        (home / new).symlink_to(home / "elsewhere.txt")
+        assert "not a plain file" in " ".join(check(task, home).problems)
+        (home / new).unlink()
+        (home / "elsewhere.txt").rename(home / new)
+        (home / "Documents" / "New Folder").mkdir()  # an extra folder
+        assert "New Folder should not exist" in " ".join(check(task, home).problems)

@@ -34,8 +34,26 @@ ACTIONS: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 #: Longest text ``type`` accepts, in characters.
 MAX_TYPE_CHARS = 2000
+#: Longest action text parsed (a ``type`` of MAX_TYPE_CHARS written with escapes fits).
+MAX_ACTION_CHARS = 16_000
+#: Most key combos one ``key`` action presses.
+MAX_KEY_COMBOS = 20
+#: Characters one xdotool ``type`` command types (at 8 ms a character: 2 s, well inside the
+#: driver's timeout for one command).
+TYPE_CHUNK = 250
 MODIFIERS = frozenset(("ctrl", "control", "shift", "alt", "super", "meta"))
 _KEY = re.compile(r"^[A-Za-z0-9_]+$")
+#: xdotool's command names: ``xdotool key`` stops at the first argument that names a command
+#: (in any case) and runs the rest as that command, so no key part may be one of them.
+XDOTOOL_COMMANDS = frozenset((
+    "getactivewindow getwindowfocus getwindowname getwindowclassname getwindowpid "
+    "getwindowgeometry getdisplaygeometry search selectwindow help version behave "
+    "behave_screen_edge click getmouselocation key keydown keyup mousedown mousemove "
+    "mousemove_relative mouseup set_window type windowactivate windowfocus windowkill "
+    "windowclose windowquit windowmap windowminimize windowmove windowraise windowreparent "
+    "windowsize windowstate windowunmap set_num_desktops get_num_desktops set_desktop "
+    "get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport "
+    "set_desktop_viewport exec sleep").split())
 
 
 class ActionError(ValueError):
@@ -53,9 +71,12 @@ def parse_action(text: str) -> Action:
     source = text.strip()
     if not source:
         raise ActionError("empty action")
+    if len(source) > MAX_ACTION_CHARS:
+        raise ActionError(f"an action of {len(source)} characters; at most {MAX_ACTION_CHARS} "
+                          f"(and type() takes at most {MAX_TYPE_CHARS} characters of text)")
     try:
         tree = ast.parse(source, mode="eval").body
-    except (SyntaxError, ValueError) as exc:
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}") from exc
     if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.keywords:
         raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}")
@@ -64,7 +85,7 @@ def parse_action(text: str) -> Action:
         raise ActionError(f"unknown action {verb!r}; actions: {', '.join(ACTIONS)}")
     try:
         args = tuple(ast.literal_eval(arg) for arg in tree.args)
-    except ValueError as exc:
+    except (ValueError, TypeError, RecursionError, MemoryError) as exc:
         raise ActionError(f"{verb}: arguments must be literal numbers or strings") from exc
     shapes = ACTIONS[verb]
     shape = next((s for s in shapes if len(s) == len(args)), None)
@@ -88,10 +109,12 @@ def _check_keys(keys: str) -> None:
     combos = keys.split()
     if not combos:
         raise ActionError('key: no key given, e.g. key("ctrl+s")')
+    if len(combos) > MAX_KEY_COMBOS:
+        raise ActionError(f"key: {len(combos)} keys; at most {MAX_KEY_COMBOS} in one action")
     for combo in combos:
         parts = combo.split("+")
-        if not all(_KEY.match(p) for p in parts) or not all(
-                p.lower() in MODIFIERS for p in parts[:-1]):
+        if not all(_KEY.match(p) and p.lower() not in XDOTOOL_COMMANDS for p in parts) \
+                or not all(p.lower() in MODIFIERS for p in parts[:-1]):
             raise ActionError(f"key: {combo!r} is not a key name like Return, F2 or ctrl+shift+s")
 
 
@@ -118,8 +141,8 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
         for i, line in enumerate(args[0].split("\n")):
             if i:
                 commands.append(["key", "Return"])
-            if line:
-                commands.append(["type", "--delay", "8", "--", line])
+            commands += [["type", "--delay", "8", "--", line[k:k + TYPE_CHUNK]]
+                         for k in range(0, len(line), TYPE_CHUNK)]
         return commands
     if verb == "key":
         combos = args[0].split()

@@ -86,27 +86,35 @@ class Desktop:
         if missing is not None:
             raise DesktopError(f"a desktop cannot start here: {missing}", fatal=True)
         self.root = Path(tempfile.mkdtemp(prefix="agentgym-desktop-"))
-        self.root.chmod(0o755)
-        self.reset_home({})
-        drop = _drop_root()
-        log = open(self.root / "driver.log", "wb")  # noqa: SIM115 - the child keeps it
         try:
-            self._proc = subprocess.Popen([*drop, SYSTEM_PYTHON, "-I", str(DRIVER)],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=log, start_new_session=True)
-        finally:
-            log.close()
-        runtime = self.root / "run"
-        env = {"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
-               "XDG_CONFIG_HOME": str(self.home / ".config"),
-               "XDG_CACHE_HOME": str(self.home / ".cache"),
-               "XDG_DATA_HOME": str(self.home / ".local/share"),
-               "GSETTINGS_BACKEND": "keyfile", "GTK_MODULES": "gail:atk-bridge",
-               "NO_AT_BRIDGE": "0", "SAL_USE_VCLPLUGIN": "gtk3", "GDK_BACKEND": "x11",
-               "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": str(self.root / "tmp")}
-        for folder in (runtime, self.root / "tmp"):
-            folder.mkdir(mode=0o700)
-            _chown(folder)
+            self.root.chmod(0o755)
+            self.reset_home({})
+            drop = _drop_root()
+            log = open(self.root / "driver.log", "wb")  # noqa: SIM115 - the child keeps it
+            try:
+                self._proc = subprocess.Popen([*drop, SYSTEM_PYTHON, "-I", str(DRIVER)],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=log, start_new_session=True)
+            finally:
+                log.close()
+            runtime = self.root / "run"
+            env = {"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
+                   "XDG_CONFIG_HOME": str(self.home / ".config"),
+                   "XDG_CACHE_HOME": str(self.home / ".cache"),
+                   "XDG_DATA_HOME": str(self.home / ".local/share"),
+                   "GSETTINGS_BACKEND": "keyfile", "GTK_MODULES": "gail:atk-bridge",
+                   "NO_AT_BRIDGE": "0", "SAL_USE_VCLPLUGIN": "gtk3", "GDK_BACKEND": "x11",
+                   "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": str(self.root / "tmp")}
+            for folder in (runtime, self.root / "tmp"):
+                folder.mkdir(mode=0o700)
+                _chown(folder)
+        except BaseException:  # nothing of a desktop that did not start stays behind
+            if self._proc is not None:
+                _cleanup(self._proc, self.root)
+                self._proc = None
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+            raise
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self.root)
         try:
             self.display = self.request("start", width=self.width, height=self.height,
@@ -141,8 +149,14 @@ class Desktop:
             self._kill()
             raise DesktopError(f"the desktop's driver {'died' if died else 'hung'} during {op!r} "
                                f"({self._log_tail()})", fatal=True)
-        answer = json.loads(line)
-        if not answer.pop("ok"):
+        try:
+            answer = json.loads(line)
+            ok = answer.pop("ok")
+        except (ValueError, KeyError, AttributeError) as exc:
+            self._kill()
+            raise DesktopError(f"the desktop's driver answered {line[:200]!r} to {op!r}",
+                               fatal=True) from exc
+        if not ok:
             raise DesktopError(f"{op} failed: {answer['error']}")
         return answer
 

@@ -176,12 +176,13 @@ class Desktop:
         """Move and resize the X window of an AT-SPI window (matched by process and title)."""
         pid = window.get_process_id()
         found = subprocess.run(["xdotool", "search", "--all", "--pid", str(pid), "--onlyvisible",
-                                "--name", "."], env=self.env, capture_output=True, text=True,
-                               timeout=5)
+                                "--name", "."], env=self.env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=5)
         x, y, w, h = (int(v) for v in box)
         for wid in found.stdout.split():
             subprocess.run(["xdotool", "windowsize", wid, str(w), str(h), "windowmove", wid,
-                            str(x), str(y)], env=self.env, capture_output=True, timeout=5)
+                            str(x), str(y)], env=self.env, stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=5)
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:  # the tree is read next: wait for the new geometry
             bx, by, bw, _bh = _box(window)
@@ -300,14 +301,13 @@ class Desktop:
         last = _safe(at_point, table, x + w - 3, y + h - 3, Atspi.CoordType.SCREEN)
         if first is None:
             return
-        index = first.get_index_in_parent()
-        row0, col0 = Atspi.Table.get_row_at_index(table, index), \
-            Atspi.Table.get_column_at_index(table, index)
+        row0, col0 = _table_position(table, first)
+        if row0 is None:
+            return
         row1, col1 = row0 + self._table_size[0] - 1, col0 + self._table_size[1] - 1
-        if last is not None:
-            index = last.get_index_in_parent()
-            row1 = min(row1, Atspi.Table.get_row_at_index(table, index))
-            col1 = min(col1, Atspi.Table.get_column_at_index(table, index))
+        row, col = _table_position(table, last) if last is not None else (None, None)
+        if row is not None:
+            row1, col1 = min(row1, row), min(col1, col)
         # Each cell costs LibreOffice ~1 ms per call, so the scan reads two calls per empty cell
         # and stops a row after EMPTY_RUN empty cells, the table after EMPTY_RUN empty rows.
         empty_rows = 0
@@ -341,7 +341,8 @@ class Desktop:
     def xdotool(self, args, timeout_s=10.0):
         try:
             done = subprocess.run(["xdotool", *[str(a) for a in args]], env=self.env,
-                                  capture_output=True, text=True, timeout=float(timeout_s))
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  timeout=float(timeout_s))
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"xdotool did not finish within {timeout_s} s") from exc
         if done.returncode != 0:
@@ -364,6 +365,16 @@ def _safe(call, *args, default=None):
         return call(*args)
     except Exception:  # noqa: BLE001 - GLib.Error and TypeError from dead objects alike
         return default
+
+
+def _table_position(table, cell):
+    """(row, column) of ``cell`` in ``table``, or (None, None) when the application does not
+    answer."""
+    index = _safe(cell.get_index_in_parent, default=-1)
+    row = _safe(Atspi.Table.get_row_at_index, table, index) if index >= 0 else None
+    col = _safe(Atspi.Table.get_column_at_index, table, index) if row is not None else None
+    return (row, col) if row is not None and col is not None and row >= 0 and col >= 0 \
+        else (None, None)
 
 
 def _showing(acc):

@@ -89,7 +89,7 @@ class DesktopEnv(TextEnv):
         screenshot: ``None``, ``"png"`` or ``"som"`` (see the module documentation).
         settle_s: pause after an action before the tree is read, for the applications to
             redraw.
-        width, height: the screen, in pixels.
+        width, height: the screen, in pixels (at least 1280x800, for which the windows are placed).
     """
 
     family: ClassVar[str] = "gui"
@@ -109,6 +109,13 @@ class DesktopEnv(TextEnv):
         if screenshot not in SCREENSHOTS:
             raise ValueError(f"DesktopEnv: screenshot must be one of {SCREENSHOTS}, "
                              f"got {screenshot!r}")
+        if isinstance(settle_s, bool) or not isinstance(settle_s, (int, float)) \
+                or not 0 <= settle_s <= 10:
+            raise ValueError(f"DesktopEnv: settle_s must be seconds in [0, 10], got {settle_s!r}")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (width, height)) \
+                or width < 1280 or height < 800:
+            raise ValueError(f"DesktopEnv: the applications' windows are laid out for a screen of "
+                             f"at least 1280x800, got {width!r}x{height!r}")
         self.tasks = gui_tasks(None if split == "all" else split, kinds)
         self._by_id = {task.id: task for task in self.tasks}
         self.max_turns, self.screenshot, self.settle_s = max_turns, screenshot, settle_s

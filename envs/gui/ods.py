@@ -124,10 +124,15 @@ def _q(prefix: str, name: str) -> str:
     return f"{{{NS[prefix]}}}{name}"
 
 
-_SUM = re.compile(r"SUM\(\[?\.?([A-Z]+\d+)\]?:\[?\.?([A-Z]+\d+)\]?\)", re.IGNORECASE)
+_REF = r"\[?\.?\$?([A-Z]+)\$?(\d+)\]?"
+_SUM = re.compile(rf"(?:of:)?=\s*SUM\(\s*{_REF}\s*:\s*{_REF}\s*\)", re.IGNORECASE)
 
 
 def sum_range(formula: str | None) -> tuple[str, str] | None:
-    """The range of a ``SUM`` in ``formula`` (``("B2", "B6")``), or None."""
-    match = _SUM.search(formula or "")
-    return (match.group(1).upper(), match.group(2).upper()) if match else None
+    """The range of ``formula`` when it is a ``SUM`` of one range and nothing else
+    (``of:=SUM([.B2:.$B$6])`` gives ``("B2", "B6")``), or None."""
+    match = _SUM.fullmatch((formula or "").strip())
+    if match is None:
+        return None
+    col1, row1, col2, row2 = match.groups()
+    return f"{col1.upper()}{row1}", f"{col2.upper()}{row2}"

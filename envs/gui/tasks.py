@@ -262,12 +262,16 @@ def _check_files(task: GuiTask, home: Path) -> Check:
     """The folders hold the start's files with the moves applied, and nothing else."""
     expected = {task.target["moves"].get(path, path): text
                 for path, text in task.target["files"].items()}
-    found = {}
+    found: dict[str, str] = {}
+    problems: list[str] = []
     for folder in ("Documents", "Archive"):
         for path in sorted((home / folder).rglob("*")) if (home / folder).is_dir() else ():
-            if path.is_file():
-                found[str(path.relative_to(home))] = path.read_bytes().decode(errors="replace")
-    problems = [f"~/{p} is missing" for p in expected if p not in found]
+            name = str(path.relative_to(home))
+            if path.is_symlink() or not path.is_file():  # a link or folder standing in for a file
+                problems.append(f"~/{name} should not exist (not a plain file)")
+            else:
+                found[name] = path.read_bytes().decode(errors="replace")
+    problems += [f"~/{p} is missing" for p in expected if p not in found]
     problems += [f"~/{p} should not exist" for p in found if p not in expected]
     problems += [f"~/{p} changed" for p in expected if p in found and found[p] != expected[p]]
     return Check(not problems, tuple(problems))
