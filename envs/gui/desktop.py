@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,13 @@ class Desktop:
     def reset_home(self, files: dict[str, bytes]) -> None:
         """Replace the home directory by one holding ``files`` (paths relative to it)."""
         home = self.home
-        if home.exists():
-            shutil.rmtree(home)
+        for _attempt in range(20):  # a service of the last episode may still be writing there
+            shutil.rmtree(home, ignore_errors=True)
+            if not home.exists():
+                break
+            time.sleep(0.05)
+        else:
+            raise DesktopError(f"the home directory {home} could not be emptied")
         home.mkdir()
         for relative, data in files.items():
             path = home / relative
