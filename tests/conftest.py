@@ -1,10 +1,20 @@
-"""Shared fixtures. Tests use real components; see the markers in pyproject.toml."""
+"""Shared fixtures. Tests use real components; see the markers in pyproject.toml.
+
+The suite runs on several workers (pytest-xdist, ``-n`` in pyproject.toml's ``addopts``; ``-n 0``
+runs it in one process). Each worker gets a temp directory of its own (``$TMPDIR``), so that what
+a test leaves there, in sandboxes' host dirs, containers and processes, is told apart from what
+tests on other workers are doing. Tests whose checks see a resource of the whole machine run
+one after another on one worker: :func:`serial_group` names their group.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import NoReturn
 
@@ -12,6 +22,86 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""This process's xdist worker id (``gw0``, ...), ``None`` when the suite runs in one process."""
+
+if WORKER is not None:
+    # before anything asks tempfile (it caches the answer); with /tmp's permissions, since the
+    # desktop runs its applications as another user
+    os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"{WORKER}-", dir=tempfile.gettempdir())
+    os.chmod(os.environ["TMPDIR"], 0o1777)
+    tempfile.tempdir = None
+    # The workers share the cores: torch's threads of one would spin while another computes.
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))
+                                  // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+#: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
+#: what any dead owner on the machine left) or fill the Docker daemon with containers.
+SANDBOX_FILES = frozenset({"test_sandbox.py", "test_sandbox_docker.py", "test_sandboxed_envs.py",
+                           "test_harness.py", "test_harness_image.py"})
+
+
+#: Test files that train the embedded model in-process, a few GB each at their peak, in two
+#: groups of about equal length: at most two of them run at once.
+TRAINING_FILES = {"test_learning.py": "training-a", "test_search_igpo.py": "training-b",
+                  "test_train_loop.py": "training-b", "test_learner.py": "training-b"}
+
+
+def serial_group(item: pytest.Item) -> str | None:
+    """The group of tests that must not run beside each other that ``item`` belongs to:
+    ``"vllm"`` (servers of 3 GB, checked for by process name machine-wide), ``"desktop"`` (X
+    servers and applications, likewise), ``"sandbox"`` (:data:`SANDBOX_FILES`), a training group
+    (:data:`TRAINING_FILES`); ``None`` for a test that may run beside any other."""
+    if item.get_closest_marker("vllm"):
+        return "vllm"
+    if item.get_closest_marker("gui"):
+        return "desktop"
+    if item.path.name in SANDBOX_FILES:
+        return "sandbox"
+    return TRAINING_FILES.get(item.path.name)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: two workers per core, at most 8. Most tests wait on subprocesses, containers,
+    browsers and desktops more than they compute; each worker may load the embedded model
+    (about 1.5 GB). ``$PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    return min(8, 2 * len(os.sched_getaffinity(0)))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Group the tests of :func:`serial_group`, and put the ``slow`` tests first: xdist hands
+    out the groups (largest first) and then single tests in this order, so the longest work
+    starts at once instead of trailing at the end."""
+    for item in items:
+        if (group := serial_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(trylast=True)  # after xdist wrote the groups into the node ids
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Refuse to run a worker whose tests lost their groups: xdist passes a group to its
+    scheduler in the node id, which pytest 9.2 no longer lets it change (pytest-xdist#1386);
+    grouped tests would then run beside each other and fail at random."""
+    if WORKER is None or not session.config.getvalue("loadgroup"):
+        return
+    lost = [i.nodeid for i in session.items
+            if serial_group(i) is not None and not i.nodeid.endswith(f"@{serial_group(i)}")]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist did not group {len(lost)} tests (first: {lost[0]}): "
+                                "use a pytest that it supports (see pyproject.toml)")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if WORKER is not None:
+        shutil.rmtree(tempfile.gettempdir(), ignore_errors=True)
 
 
 def unavailable(reason: str) -> NoReturn:

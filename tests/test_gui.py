@@ -99,6 +99,7 @@ def test_check_env() -> None:
         env.close()
 
 
+@pytest.mark.slow  # minutes: 96 tasks
 def test_the_expert_solves_every_task(env: DesktopEnv) -> None:
     failed = {}
     for task in gui_tasks():
@@ -360,10 +361,7 @@ def test_the_desktop_runs_in_a_sandbox(backend: str, request: pytest.FixtureRequ
 def gui_image(request: pytest.FixtureRequest) -> str:
     """The desktop's image, built (from the offline base) if it runs other sources."""
     from agentgym.sandbox import build_images, image_for
-    from agentgym.sandbox.images import image_matches_source
 
-    image = image_for("agentgym/Desktop-v0")
-    if not image_matches_source(image):
-        build_images(["gui"], base_image=request.getfixturevalue("base_image"),
-                     client=request.getfixturevalue("client"))
-    return image
+    build_images(["gui"], base_image=request.getfixturevalue("base_image"),
+                 client=request.getfixturevalue("client"), stale_only=True)
+    return image_for("agentgym/Desktop-v0")

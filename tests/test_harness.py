@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse fixture)
+from test_sandbox_support import descendants, no_leftovers  # noqa: F401  (no_leftovers: autouse)
 from test_sandboxed_envs import backend, bwrap, current_textgames_image  # noqa: F401  (fixtures)
 
 from agentgym.episode import Episode, load_episodes
@@ -68,7 +68,7 @@ def kill_my_sandboxes() -> int:
     for c in mine:
         api.kill(c["Id"])
         killed += 1
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             if b"agentgym.server" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 os.kill(pid, signal.SIGKILL)
@@ -76,23 +76,6 @@ def kill_my_sandboxes() -> int:
         except OSError:
             pass
     return killed
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
 
 
 class SandboxKiller(RandomPolicy):

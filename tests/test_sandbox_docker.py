@@ -49,7 +49,6 @@ from agentgym.sandbox import (
     image_for,
 )
 from agentgym.sandbox.docker import docker_client
-from agentgym.sandbox.images import image_exists
 
 pytestmark = pytest.mark.docker
 
@@ -76,11 +75,10 @@ def base_image(client: Any) -> str:
 
 @pytest.fixture(scope="session")
 def textgames_image(client: Any, base_image: str) -> str:
-    """The text games' env-server image (CI builds it before the tests; built here if missing)."""
-    image = image_for("agentgym/Sokoban-v0")
-    if not image_exists(image, client=client):
-        build_images(["textgames"], base_image=base_image, client=client)
-    return image
+    """The text games' env-server image, built here if missing or stale (or waited for while
+    another process builds it: CI starts the builds beside the tests)."""
+    build_images(["textgames"], base_image=base_image, client=client, stale_only=True)
+    return image_for("agentgym/Sokoban-v0")
 
 
 @pytest.fixture

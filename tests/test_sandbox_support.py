@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import WORKER, serial_group
 
 from agentgym.sandbox import Sandbox
 from agentgym.sandbox.base import HOST_DIR_PREFIX
 from agentgym.sandbox.cgroups import parent_dirs
+from agentgym.sandbox.owner import Owner, owner_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -168,23 +170,41 @@ def run_and_crash(code: str, timeout: float = 120) -> str:
 
 
 # --- nothing may outlive a test ------------------------------------------------------------------
+#
+# What this process's tests make lies under its temp dir (a worker's own when the suite runs on
+# several, see conftest.py), so host dirs, sandbox processes and containers are told apart by
+# path. cgroups are named by owner: a live owner must be this process or one of its children;
+# a dead owner's groups are counted by the sandbox group's tests, where every owner is killed.
+
+
+def _ours(path: str) -> bool:
+    return path.startswith(os.path.join(tempfile.gettempdir(), ""))
 
 
 def _host_dirs() -> set[str]:
     return {p.name for p in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")}
 
 
-def _cgroups() -> set[str]:
+def _cgroups(with_dead_owners: bool) -> set[str]:
     try:
         parents = parent_dirs()
     except OSError:
         return set()
-    return {f"{c}/{d.name}" for c, p in parents.items() if p.is_dir() for d in p.iterdir() if d.is_dir()}
+    mine = descendants(os.getpid()) | {os.getpid()}
+    found = set()
+    for controller, parent in parents.items():
+        for group in parent.iterdir() if parent.is_dir() else ():
+            owner = Owner.from_tag(group.name)
+            if group.is_dir() and owner is not None and (
+                    owner.pid in mine or (with_dead_owners and not owner_alive(owner))):
+                found.add(f"{controller}/{group.name}")
+    return found
 
 
 def _sandbox_processes() -> set[int]:
     """bwrap processes (their command lines name the sandbox's host dir) and our children."""
     me, found = os.getpid(), set()
+    ours = os.path.join(tempfile.gettempdir(), HOST_DIR_PREFIX).encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -193,7 +213,7 @@ def _sandbox_processes() -> set[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if HOST_DIR_PREFIX.encode() in cmdline or ppid == me:
+        if ours in cmdline or ppid == me:
             found.add(int(entry.name))
     return found
 
@@ -205,22 +225,45 @@ def _containers() -> set[str]:
         client = docker_client()
     except Exception:
         return set()
-    return {c["Id"] for c in client.api.containers(all=True, filters={"label": "agentgym.sandbox=1"})}
+    return {c["Id"] for c in client.api.containers(all=True, filters={"label": "agentgym.sandbox=1"})
+            if _ours((c.get("Labels") or {}).get("agentgym.hostdir", ""))}
 
 
-def _leftovers(before: dict[str, set]) -> dict[str, set]:
-    now = {"host dirs": _host_dirs(), "cgroups": _cgroups(), "processes": _sandbox_processes(),
-           "containers": _containers()}
+def descendants(root: int) -> set[int]:
+    """The pids of the live descendants of process ``root``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _snapshot(with_dead_owners: bool) -> dict[str, set]:
+    return {"host dirs": _host_dirs(), "cgroups": _cgroups(with_dead_owners),
+            "processes": _sandbox_processes(), "containers": _containers()}
+
+
+def _leftovers(before: dict[str, set], with_dead_owners: bool) -> dict[str, set]:
+    now = _snapshot(with_dead_owners)
     return {k: v - before[k] for k, v in now.items() if v - before[k]}
 
 
 @pytest.fixture(autouse=True)
-def no_leftovers() -> Iterator[None]:
+def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test: no sandbox host dir, cgroup, process or container that it created."""
-    before = {"host dirs": _host_dirs(), "cgroups": _cgroups(), "processes": _sandbox_processes(),
-              "containers": _containers()}
+    dead_owners = WORKER is None or serial_group(request.node) == "sandbox"
+    before = _snapshot(dead_owners)
     yield
     deadline = time.monotonic() + 10  # auto-removal of killed containers is asynchronous
-    while (left := _leftovers(before)) and time.monotonic() < deadline:
+    while (left := _leftovers(before, dead_owners)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"the test left behind: {left}"

@@ -49,7 +49,6 @@ from agentgym.sandbox import (
 )
 from agentgym.sandbox import images as images_module
 from agentgym.sandbox import spec as spec_module
-from agentgym.sandbox.images import image_matches_source
 from agentgym.sandbox.docker import docker_client
 from agentgym.sandbox.envs import default_pool
 from agentgym.sandbox.envserver import python_in
@@ -78,10 +77,8 @@ def current_textgames_image(request: pytest.FixtureRequest) -> str:
     """The text games' image, and every other family's that ENVS need, rebuilt if it runs other
     sources than this checkout's (its envs would then play differently)."""
     image = request.getfixturevalue("textgames_image")
-    images = {image_for(e) for e in ENVS}
-    stale = sorted(i.split("/", 1)[1].split(":")[0] for i in images if not image_matches_source(i))
-    if stale:
-        build_images(stale, base_image=request.getfixturevalue("base_image"))
+    families = sorted({image_for(e).split("/", 1)[1].split(":")[0] for e in ENVS})
+    build_images(families, base_image=request.getfixturevalue("base_image"), stale_only=True)
     return image
 
 

@@ -55,12 +55,14 @@ def test_check_env():
         env.close()
 
 
+@pytest.mark.slow  # a minute or two: 100 tasks of each kind
 def test_the_expert_solves_sampled_data_tasks(data_env):
     for task in random.Random(0).sample(data_tasks("test"), 100):
         total, info, obs = solve(data_env, task.id)
         assert total == 1.0 and info["success"], (task.id, task.instruction, obs[-800:])
 
 
+@pytest.mark.slow
 def test_the_expert_solves_sampled_app_tasks(apps_env):
     for task in random.Random(0).sample(app_tasks("test"), 100):
         total, info, _obs = solve(apps_env, task.id)

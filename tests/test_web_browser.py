@@ -78,6 +78,7 @@ def test_check_env():
         env.close()
 
 
+@pytest.mark.slow  # minutes: 200 purchases
 async def test_the_expert_buys_the_target_of_every_sampled_test_task_with_4_browsers_at_once():
     goals = random.Random(0).sample(tasks(0, "test"), 200)
     envs = [ShopBrowserEnv(split="test") for _ in range(4)]

@@ -207,10 +207,16 @@ class Trainer:
             env_kwargs=self.cfg.env_kwargs if env_kwargs is None else env_kwargs,
             progress=self.cfg.progress)
 
-    async def evaluate(self) -> float | None:
+    async def evaluate(self) -> dict[str, Any]:
+        """The held-out evaluation: ``eval_success`` (the rate) and ``eval_outcomes``, 1 or 0 for
+        each evaluation task in seed order. The tasks and every request's sampling seed are the
+        same at each evaluation, so two evaluations of a run are paired task by task."""
         tasks = [Task(None, self.cfg.eval_seed + i) for i in range(self.cfg.eval_tasks)]
-        return _success(await self._collect(tasks, 1, self.cfg.eval_temperature,
-                                            self.cfg.env_kwargs | self.cfg.eval_env_kwargs))
+        episodes = await self._collect(tasks, 1, self.cfg.eval_temperature,
+                                       self.cfg.env_kwargs | self.cfg.eval_env_kwargs)
+        return {"eval_success": _success(episodes),
+                "eval_outcomes": [int(bool(e.success)) for e in sorted(episodes,
+                                                                         key=lambda e: e.seed)]}
 
     async def step(self, k: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -384,12 +390,12 @@ async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
         await push_weights(trainer.learner, trainer.policy, trainer.out / "pushed")
         if trainer.start_step == 0:
             baseline = await trainer.evaluate()
-            console.print(f"step 0 held-out success (before training): {baseline}")
-            trainer.log({"step": -1, "train_success": None, "eval_success": baseline})
+            console.print(f"step 0 held-out success (before training): {baseline['eval_success']}")
+            trainer.log({"step": -1, "train_success": None, **baseline})
         for k in range(trainer.start_step, cfg.steps):
             record = await trainer.step(k)
             if (k + 1) % cfg.eval_every == 0 or k + 1 == cfg.steps:
-                record["eval_success"] = await trainer.evaluate()
+                record.update(await trainer.evaluate())
             trainer.checkpoint(k + 1)
             trainer.log(record)
             records.append(record)

@@ -34,9 +34,11 @@ from typing import Any
 
 import agentgym
 from agentgym._version import __version__
+from agentgym.cache import host_lock
 from agentgym.sandbox.base import SandboxError, SandboxWarning
 
 __all__ = [
+    "BUILD_LOCK",
     "DEFAULT_BASE_IMAGE",
     "FAMILY_PACKAGES",
     "IMAGE_EXTRAS",
@@ -54,6 +56,8 @@ __all__ = [
 
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
+BUILD_LOCK = "docker-images"
+"""The :func:`~agentgym.cache.host_lock` that image builds hold."""
 
 IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 """The extras of agentgym installed in the images that are not env families."""
@@ -184,14 +188,15 @@ def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, packages: Sequence[str] =
                      rebuild: bool = False, client: Any = None) -> str:
     """Build the offline base image (Debian bookworm minbase + python3 + venv, ~220 MB, ~50 s;
     plus ``packages``) unless it exists; returns ``tag``. Needs mmdebstrap, apt access to a
-    Debian mirror, and docker."""
-    if not rebuild and image_exists(tag, client=client):
-        return tag
-    if shutil.which("mmdebstrap") is None:
-        raise SandboxError("building the offline base image needs mmdebstrap "
-                           "(apt-get install -y mmdebstrap)")
-    proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag, *packages],
-                          capture_output=True, text=True, check=False)
+    Debian mirror, and docker. Holds the host's :data:`BUILD_LOCK`."""
+    with host_lock(BUILD_LOCK):
+        if not rebuild and image_exists(tag, client=client):
+            return tag
+        if shutil.which("mmdebstrap") is None:
+            raise SandboxError("building the offline base image needs mmdebstrap "
+                               "(apt-get install -y mmdebstrap)")
+        proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag, *packages],
+                              capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SandboxError(f"containers/base/build.sh failed ({proc.returncode}):\n"
                            f"{proc.stderr[-4000:]}")
@@ -221,24 +226,37 @@ def _image_extras(name: str) -> tuple[str, ...]:
 
 
 def build_images(families: Sequence[str] | None = None, *, base_image: str = DEFAULT_BASE_IMAGE,
-                 tag: str = __version__, client: Any = None,
+                 tag: str = __version__, client: Any = None, stale_only: bool = False,
                  log: Callable[[str], None] | None = None) -> dict[str, str]:
     """Build ``agentgym/<family>:<tag>`` (and ``:latest``) for each family, or ``harness``
     (default: every one of :func:`image_families`); returns ``{family: image}``.
 
     ``base_image`` is the ``BASE_IMAGE`` build argument; :data:`OFFLINE_BASE_IMAGE` is built
-    first if missing. Raises :class:`SandboxError` with the build log's tail on failure.
+    first if missing. ``stale_only``: leave out the images that already run this checkout's
+    sources (:func:`image_matches_source`). Builds hold the host's :data:`BUILD_LOCK`, so
+    processes that need the same images at once build them once (the later ones, with
+    ``stale_only``, find them built). Raises :class:`SandboxError` with the build log's tail on
+    failure.
     """
-    import docker.errors
-
     client = _client(client)
-    say = log or (lambda _msg: None)
     available = image_families()
     families = list(families or available)
     unknown = sorted(set(families) - set(available))
     if unknown:
         raise SandboxError(f"no Dockerfile for {unknown} in {containers_dir()}; "
                            f"families with one: {available}")
+    with host_lock(BUILD_LOCK):
+        built = {f: f"agentgym/{f}:{tag}" for f in families
+                 if stale_only and image_matches_source(f"agentgym/{f}:{tag}", client=client)}
+        todo = [f for f in families if f not in built]
+        return built | (_build(todo, base_image, tag, client, log or (lambda _msg: None))
+                        if todo else {})
+
+
+def _build(families: list[str], base_image: str, tag: str, client: Any,
+           say: Callable[[str], None]) -> dict[str, str]:
+    import docker.errors
+
     if base_image == OFFLINE_BASE_IMAGE:
         say(f"base image {base_image}")
         build_base_image(base_image, client=client)

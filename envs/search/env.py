@@ -27,13 +27,12 @@ the same passages share a GiGPO anchor state (and similar retrievals similar key
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agentgym.cache import cache_dir, host_lock
 from agentgym.env import TextEnv, coerce_action, extract_tag, pick_task
 from agentgym.envs.search.index import MAX_QUERY_CHARS, BM25Index, Hit, Retriever
 from agentgym.envs.search.rewards import exact_match, word_f1
@@ -42,10 +41,6 @@ from agentgym.envs.search.world import Question, generate_world
 __all__ = ["SearchQAEnv", "cached_index"]
 
 INSTRUCTION = "Answer the question. Search the documents as often as you need first."
-
-
-def _cache_root() -> Path:
-    return Path(os.environ.get("AGENTGYM_CACHE") or Path.home() / ".cache" / "agentgym") / "search"
 
 
 @functools.lru_cache(maxsize=8)
@@ -60,12 +55,9 @@ def _load_index(path: str) -> BM25Index:
 
 def cached_index(name: str, passages: Any) -> BM25Index:
     """The index called ``name`` in the cache, built from ``passages()`` (a callable returning
-    an iterable) the first time; concurrent processes build it once (a file lock)."""
-    root = _cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / name
-    with open(root / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    an iterable) the first time; concurrent processes build it once (a host lock)."""
+    path = cache_dir() / "search" / name
+    with host_lock(f"search-{name}"):
         if not (path / "index.json").exists():
             BM25Index.build(passages(), path, overwrite=True)
     return _load_index(str(path))

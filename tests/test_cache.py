@@ -1,0 +1,63 @@
+"""The cache directory and host locks (agentgym/cache.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agentgym.cache import cache_dir, host_lock
+
+HOLD = """
+import sys, time
+from agentgym.cache import host_lock
+with host_lock("test"):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[1]))
+    print(time.monotonic(), flush=True)
+"""
+
+
+def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path / "a"))
+    assert cache_dir() == tmp_path / "a"
+    monkeypatch.delenv("AGENTGYM_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "agentgym"
+
+
+def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
+                                                tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, "1.0"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with host_lock("test"):
+            acquired = time.monotonic()
+            with host_lock("test"):  # re-entrant in this process
+                pass
+        released = float(holder.stdout.readline())
+    finally:
+        holder.wait(timeout=30)
+    assert acquired >= released
+    assert (tmp_path / "locks" / "test.lock").is_file()
+
+
+def test_a_lock_is_released_when_its_holder_is_killed(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, "300"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        holder.kill()  # failure injection: no clean-up runs
+        holder.wait(timeout=30)
+        with host_lock("test"):  # the kernel dropped the dead holder's lock
+            pass
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
