@@ -9,7 +9,6 @@ one after another on one worker: :func:`serial_group` names their group.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -32,12 +31,6 @@ if WORKER is not None:
     os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"{WORKER}-", dir=tempfile.gettempdir())
     os.chmod(os.environ["TMPDIR"], 0o1777)
     tempfile.tempdir = None
-    # The workers share the cores: torch's threads of one would spin while another computes.
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))
-                                  // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.
