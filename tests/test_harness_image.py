@@ -52,7 +52,7 @@ def harness_image(client: Any, base_image: str, current_textgames_image: str) ->
 def shared_root() -> Iterator[Path]:
     """A host directory for the sandboxes' host directories, short enough for socket paths;
     empty again at the end of the test."""
-    root = Path(tempfile.mkdtemp(prefix="agh-"))  # under this worker's temp dir: its leak checks see it
+    root = Path(tempfile.mkdtemp(prefix="agh-", dir="/tmp"))
     try:
         yield root
         assert not list(root.iterdir()), "sandbox host directories were left behind"

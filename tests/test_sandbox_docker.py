@@ -196,6 +196,14 @@ def test_build_images_labels(textgames_image: str, client: Any) -> None:
         build_images(["no-such-family"], client=client)
 
 
+def test_stale_only_leaves_current_images_alone(textgames_image: str, client: Any) -> None:
+    before = client.images.get(textgames_image).id
+    logged: list[str] = []
+    assert build_images(["textgames"], client=client, stale_only=True,
+                        log=logged.append) == {"textgames": textgames_image}
+    assert logged == [] and client.images.get(textgames_image).id == before
+
+
 # --- containment ------------------------------------------------------------------------------------
 
 

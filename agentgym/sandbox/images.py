@@ -233,69 +233,73 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
 
     ``base_image`` is the ``BASE_IMAGE`` build argument; :data:`OFFLINE_BASE_IMAGE` is built
     first if missing. ``stale_only``: leave out the images that already run this checkout's
-    sources (:func:`image_matches_source`). Builds hold the host's :data:`BUILD_LOCK`, so
-    processes that need the same images at once build them once (the later ones, with
-    ``stale_only``, find them built). Raises :class:`SandboxError` with the build log's tail on
-    failure.
+    sources (:func:`image_matches_source`). Each image is built holding the host's
+    :data:`BUILD_LOCK`, so processes that need the same images at once build each once: a
+    later one, with ``stale_only``, waits for the image being built and then finds it current.
+    Raises :class:`SandboxError` with the build log's tail on failure.
     """
     client = _client(client)
+    say = log or (lambda _msg: None)
     available = image_families()
     families = list(families or available)
     unknown = sorted(set(families) - set(available))
     if unknown:
         raise SandboxError(f"no Dockerfile for {unknown} in {containers_dir()}; "
                            f"families with one: {available}")
-    with host_lock(BUILD_LOCK):
-        built = {f: f"agentgym/{f}:{tag}" for f in families
-                 if stale_only and image_matches_source(f"agentgym/{f}:{tag}", client=client)}
-        todo = [f for f in families if f not in built]
-        return built | (_build(todo, base_image, tag, client, log or (lambda _msg: None))
-                        if todo else {})
 
+    def current(family: str) -> bool:
+        with host_lock(BUILD_LOCK):  # (waits while another process builds)
+            return stale_only and image_matches_source(f"agentgym/{family}:{tag}", client=client)
 
-def _build(families: list[str], base_image: str, tag: str, client: Any,
-           say: Callable[[str], None]) -> dict[str, str]:
-    import docker.errors
-
-    if base_image == OFFLINE_BASE_IMAGE:
+    todo = [f for f in families if not current(f)]
+    if todo and base_image == OFFLINE_BASE_IMAGE:
         say(f"base image {base_image}")
         build_base_image(base_image, client=client)
-    images = {}
     source = source_digest()
     with tempfile.TemporaryDirectory(prefix="agentgym-build-") as tmp:
         context = Path(tmp)
-        extras = {e for f in families for e in _image_extras(f)}
-        wheels = build_wheelhouse(context / "wheels", sorted(extras))
-        say(f"wheelhouse: {len(wheels)} wheels")
-        for family in families:
-            shutil.copytree(containers_dir() / family, context / family)
-            image = f"agentgym/{family}:{tag}"
-            own_extras = _image_extras(family)
-            requirement = f"agentgym[{','.join(own_extras)}]" if own_extras else "agentgym"
-            packages = FAMILY_PACKAGES.get(family, ())
-            family_base = base_image
-            if base_image == OFFLINE_BASE_IMAGE and packages:
-                digest = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:8]
-                family_base = f"agentgym/base-{family}:bookworm-{digest}"
-                say(f"base image {family_base} (+ {' '.join(packages)})")
-                build_base_image(family_base, packages=packages, client=client)
-            say(f"building {image} from {family_base}")
-            previous = _image_id(client, image)
-            try:
-                built, _ = client.images.build(
-                    path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
-                    forcerm=True, pull=False,
-                    buildargs={"BASE_IMAGE": family_base, "AGENTGYM_REQ": requirement,
-                               "APT_PACKAGES": " ".join(packages)},
-                    labels={"agentgym.image": family, "agentgym.version": __version__,
-                            "agentgym.base": family_base, "agentgym.source": source})
-            except docker.errors.BuildError as exc:
-                tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
-                               for chunk in exc.build_log)[-4000:]
-                hint = ("" if base_image == OFFLINE_BASE_IMAGE else
-                        f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})")
-                raise SandboxError(f"building {image} failed: {exc.msg}\n{tail}{hint}") from exc
-            built.tag(f"agentgym/{family}", "latest")
-            _replaced(client, previous, built.id)
-            images[family] = image
-    return images
+        if todo:
+            wheels = build_wheelhouse(context / "wheels",
+                                      sorted({e for f in todo for e in _image_extras(f)}))
+            say(f"wheelhouse: {len(wheels)} wheels")
+        for family in todo:
+            with host_lock(BUILD_LOCK):
+                if not current(family):
+                    _build_image(context, family, base_image, tag, source, client, say)
+    return {f: f"agentgym/{f}:{tag}" for f in families}
+
+
+def _build_image(context: Path, family: str, base_image: str, tag: str, source: str,
+                 client: Any, say: Callable[[str], None]) -> None:
+    """Build ``agentgym/<family>:<tag>`` from the build context ``context`` (with its wheels)."""
+    import docker.errors
+
+    shutil.copytree(containers_dir() / family, context / family)
+    image = f"agentgym/{family}:{tag}"
+    own_extras = _image_extras(family)
+    requirement = f"agentgym[{','.join(own_extras)}]" if own_extras else "agentgym"
+    packages = FAMILY_PACKAGES.get(family, ())
+    family_base = base_image
+    if base_image == OFFLINE_BASE_IMAGE and packages:
+        digest = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:8]
+        family_base = f"agentgym/base-{family}:bookworm-{digest}"
+        say(f"base image {family_base} (+ {' '.join(packages)})")
+        build_base_image(family_base, packages=packages, client=client)
+    say(f"building {image} from {family_base}")
+    previous = _image_id(client, image)
+    try:
+        built, _ = client.images.build(
+            path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
+            forcerm=True, pull=False,
+            buildargs={"BASE_IMAGE": family_base, "AGENTGYM_REQ": requirement,
+                       "APT_PACKAGES": " ".join(packages)},
+            labels={"agentgym.image": family, "agentgym.version": __version__,
+                    "agentgym.base": family_base, "agentgym.source": source})
+    except docker.errors.BuildError as exc:
+        tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
+                       for chunk in exc.build_log)[-4000:]
+        hint = ("" if base_image == OFFLINE_BASE_IMAGE else
+                f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})")
+        raise SandboxError(f"building {image} failed: {exc.msg}\n{tail}{hint}") from exc
+    built.tag(f"agentgym/{family}", "latest")
+    _replaced(client, previous, built.id)
