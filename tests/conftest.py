@@ -58,15 +58,6 @@ def serial_group(item: pytest.Item) -> str | None:
     return TRAINING_FILES.get(item.path.name)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: two workers per core, at most 8. Most tests wait on subprocesses, containers,
-    browsers and desktops more than they compute; each worker may load the embedded model
-    (about 1.5 GB). ``$PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it."""
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # xdist's own hook reads it
-    return min(8, 2 * len(os.sched_getaffinity(0)))
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests of :func:`serial_group`, and put the ``slow`` tests first: xdist hands
