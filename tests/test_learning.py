@@ -36,6 +36,6 @@ def test_training_raises_held_out_success(tmp_path, estimator):
     print(f"{estimator}: held-out success {before:.3f} -> {after:.3f}")
     assert records[0]["step"] == -1 and records[-1]["step"] == 3
     assert after >= before + 0.08, f"{estimator} did not learn: {before:.3f} -> {after:.3f}"
-    outcomes = records[0]["eval_outcomes"], records[-1]["eval_outcomes"]
-    assert [sum(o) / len(o) for o in outcomes] == [before, after]  # one per held-out game
+    for record in (records[0], records[-1]):  # one outcome per held-out game, in seed order
+        assert len(record["eval_outcomes"]) == 128 and set(record["eval_outcomes"]) <= {0, 1}
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
