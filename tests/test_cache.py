@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,20 +31,28 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert cache_dir() == tmp_path / "xdg" / "agentgym"
 
 
+@contextlib.contextmanager
+def holder(seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """A process that holds the lock ``test`` for ``seconds``, once it has taken it."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "held\n"
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
                                                 tmp_path: Path) -> None:
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "1.0"], stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with holder(1.0) as proc:
         with host_lock("test"):
             acquired = time.monotonic()
             with host_lock("test"):  # re-entrant in this process
                 pass
-        released = float(holder.stdout.readline())
-    finally:
-        holder.wait(timeout=30)
+        released = float(proc.stdout.readline())
     assert acquired >= released
     assert (tmp_path / "locks" / "test.lock").is_file()
 
@@ -50,14 +60,8 @@ def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
 def test_a_lock_is_released_when_its_holder_is_killed(monkeypatch: pytest.MonkeyPatch,
                                                       tmp_path: Path) -> None:
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, "300"], stdout=subprocess.PIPE,
-                              text=True)
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        holder.kill()  # failure injection: no clean-up runs
-        holder.wait(timeout=30)
+    with holder(300) as proc:
+        proc.kill()  # failure injection: no clean-up runs
+        proc.wait(timeout=30)
         with host_lock("test"):  # the kernel dropped the dead holder's lock
             pass
-    finally:
-        holder.kill()
-        holder.wait(timeout=30)
