@@ -248,8 +248,10 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
                            f"families with one: {available}")
 
     def current(family: str) -> bool:
+        if not stale_only:
+            return False
         with host_lock(BUILD_LOCK):  # (waits while another process builds)
-            return stale_only and image_matches_source(f"agentgym/{family}:{tag}", client=client)
+            return image_matches_source(f"agentgym/{family}:{tag}", client=client)
 
     todo = [f for f in families if not current(f)]
     if todo and base_image == OFFLINE_BASE_IMAGE:
