@@ -3,9 +3,12 @@ forward + backward over the same tokens (the ceiling), in one run.
 
 The learner does more per token than the ceiling: a no-grad pass for the old log-probabilities
 (``old_logprobs="recompute"``), the PPO loss and entropy, clipping and the optimizer step; the
-``generator`` row skips the recompute pass.
+``generator`` row skips the recompute pass. Those rows have a distinct prompt each. In the
+``shared prompts`` row, groups of ``--group-size`` rows share a prompt, as a GRPO group's first
+turns do: the learner runs each distinct prompt once, the ceiling runs every row whole.
 
     .venv/bin/python benchmarks/update.py [--rows 8] [--prompt-tokens 256] [--response-tokens 32]
+                                          [--group-size 4]
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from agentgym.policies.models import encode_chat, load_tokenizer
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow
 
 
-def make_rows(tokenizer, rows: int, prompt_tokens: int, response_tokens: int) -> list[TrainingRow]:
+def make_rows(tokenizer, rows: int, prompt_tokens: int, response_tokens: int,
+              group_size: int = 1) -> list[TrainingRow]:
+    """Rows whose prompts are the same within each run of ``group_size`` rows."""
     out = []
     for i in range(rows):
-        prompt = encode_chat(tokenizer, [{"role": "user", "content": "go " * prompt_tokens}])
+        content = f"task {i // group_size}: " + "go " * prompt_tokens
+        prompt = encode_chat(tokenizer, [{"role": "user", "content": content}])
         response = [(i * 7 + j) % 1000 + 100 for j in range(response_tokens)]
         out.append(TrainingRow(prompt[:prompt_tokens], response, 1.0 if i % 2 else -1.0,
                                [-1.0] * response_tokens))
@@ -49,12 +55,14 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=256)
     parser.add_argument("--response-tokens", type=int, default=32)
     parser.add_argument("--lora-rank", type=int, default=0)
+    parser.add_argument("--group-size", type=int, default=4)
     args = parser.parse_args()
     tokenizer = load_tokenizer("smollm2-135m")
-    rows = make_rows(tokenizer, args.rows, args.prompt_tokens, args.response_tokens)
-    tokens = sum(r.length for r in rows)
+    tokens = args.rows * (args.prompt_tokens + args.response_tokens)
     results = []
-    for mode in ("recompute", "generator"):
+    for mode, group_size in (("recompute", 1), ("generator", 1), ("generator", args.group_size)):
+        rows = make_rows(tokenizer, args.rows, args.prompt_tokens, args.response_tokens,
+                         group_size)
         learner = Learner(LearnerConfig(lr=1e-6, lora_rank=args.lora_rank, old_logprobs=mode,
                                         micro_batch_tokens=tokens))
         ceiling(learner, rows)  # warm-up
@@ -62,11 +70,12 @@ def main() -> None:
         learner.update(rows)  # warm-up
         start = time.perf_counter()
         learner.update(rows)
-        results.append((mode, time.perf_counter() - start, base))
+        label = mode if group_size == 1 else f"{mode}, shared prompts (groups of {group_size})"
+        results.append((label, time.perf_counter() - start, base))
     table = Table(title=f"One update: {args.rows} rows x ({args.prompt_tokens} prompt + "
                         f"{args.response_tokens} response) tokens, {tokens:,} tokens, "
                         f"{'LoRA r=' + str(args.lora_rank) if args.lora_rank else 'full fine-tune'}")
-    for col in ("old logprobs", "update s", "update tokens/s", "fwd+bwd s", "fwd+bwd tokens/s",
+    for col in ("rows", "update s", "update tokens/s", "fwd+bwd s", "fwd+bwd tokens/s",
                 "vs fwd+bwd"):
         table.add_column(col, justify="right")
     for mode, seconds, base in results:

@@ -9,6 +9,7 @@ import torch
 from agentgym.episode import Episode, Turn
 from agentgym.policies.models import encode_chat, load_tokenizer
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
+from agentgym.trainers.learner import _micro_batches as learner_batches
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,34 @@ def test_logprobs_match_a_plain_forward(tokenizer):
         ref = torch.log_softmax(logits, -1)[len(row.prompt_ids) - 1:-1]
         ref = ref.gather(-1, ids[0, len(row.prompt_ids):, None]).squeeze(-1)
         np.testing.assert_allclose(lp, ref.tolist(), atol=1e-4)
+
+
+def test_rows_that_share_a_prompt_run_it_once_with_the_same_result(tokenizer):
+    """A group's members share their first prompt: the learner runs it once per micro-batch and
+    copies its keys and values, and gets the log-probs and gradient of whole sequences."""
+    learner = Learner(LearnerConfig(lr=1e-4))
+    shared = make_rows(tokenizer, 2)
+    rows = [TrainingRow(shared[i % 2].prompt_ids, shared[i % 2].response_ids[: 3 + i], 1.0, [])
+            for i in range(5)] + [TrainingRow(shared[0].prompt_ids[:1], [5, 6], 1.0, [])]
+    assert learner_batches(rows, 10_000) == [[1, 3, 0, 2, 4], [5]]  # a one-token prompt goes apart
+
+    def plain(row):
+        ids = torch.tensor([row.prompt_ids + row.response_ids])
+        logp = torch.log_softmax(learner.model(input_ids=ids).logits[0].float(), -1)
+        return logp[len(row.prompt_ids) - 1:-1].gather(-1, ids[0, len(row.prompt_ids):, None])
+
+    def gradient(total):
+        learner.model.zero_grad(set_to_none=True)
+        total.backward()
+        return torch.cat([p.grad.flatten() for p in learner.model.parameters() if p.requires_grad])
+
+    expected = gradient(sum(plain(r).sum() for r in rows))
+    logp, mask, _, _ = learner._forward(rows)
+    assert mask.sum(1).tolist() == [len(r.response_ids) for r in rows]
+    got = gradient(logp.sum())
+    for row, lp in zip(rows, learner.logprobs(rows)):
+        np.testing.assert_allclose(lp, plain(row).flatten().tolist(), atol=1e-4)
+    assert (got - expected).norm() / expected.norm() < 1e-4
 
 
 def test_update_moves_logprobs_the_way_of_the_advantage(tokenizer):
@@ -129,3 +158,6 @@ def test_bad_input(tokenizer):
     rows[0].generator_logprobs = [-1.0, -2.0]
     with pytest.raises(ValueError, match="do not match its response length"):
         gen.update(rows)
+    with pytest.raises(ValueError, match="needs a prompt"):
+        learner.update([TrainingRow([], [3], 1.0, [])])
+    assert learner.step == 0

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from agentgym.episode import Episode
-from agentgym.policies.batching import budget_batches, left_pad
+from agentgym.policies.batching import left_pad
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
 
@@ -50,7 +50,8 @@ class LearnerConfig:
     """Linear warm-up of the learning rate over this many optimizer steps, then constant."""
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
-    """Token budget of one forward/backward (padded length x rows)."""
+    """Token budget of one forward/backward: distinct prompts x their padded length + rows x
+    the padded response length (a prompt shared by several rows is run once)."""
     mini_batches: int = 1
     """Optimizer steps per epoch over the batch."""
     ppo_epochs: int = 1
@@ -113,7 +114,32 @@ def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray, *,
 
 
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
-    return budget_batches([r.length for r in rows], budget)
+    """Row indices split so that each micro-batch's cost, distinct prompt prefixes x the longest
+    prefix + rows x the longest suffix (see :meth:`Learner._forward`), is at most ``budget``
+    tokens; a row over the budget goes alone. Rows that share a prompt are kept together, so
+    that their prompt is run once; rows without a prefix (one-token prompts) go apart from
+    rows with one."""
+    if any(not r.prompt_ids for r in rows):
+        raise ValueError("a training row needs a prompt: its first response token is predicted "
+                         "from the prompt's last token")
+    order = sorted(range(len(rows)), key=lambda i: (-len(rows[i].prompt_ids), rows[i].prompt_ids))
+    batches: list[list[int]] = []
+    prefixes = longest_prefix = longest_suffix = 0
+    for i in order:
+        prefix, suffix = len(rows[i].prompt_ids) - 1, len(rows[i].response_ids) + 1
+        if batches:
+            last = rows[batches[-1][-1]].prompt_ids
+            new_prefix = int(last[:-1] != rows[i].prompt_ids[:-1])
+            cost = ((prefixes + new_prefix) * longest_prefix
+                    + (len(batches[-1]) + 1) * max(longest_suffix, suffix))
+            if cost <= budget and (prefix > 0) == (longest_prefix > 0):
+                batches[-1].append(i)
+                prefixes += new_prefix
+                longest_suffix = max(longest_suffix, suffix)
+                continue
+        batches.append([i])
+        prefixes, longest_prefix, longest_suffix = 1, prefix, suffix
+    return batches
 
 
 class Learner:
@@ -166,27 +192,48 @@ class Learner:
         """(response logprobs, mask, entropy, values): [rows, longest response] tensors and,
         with ``values``, the value head's [rows] output at each row's last prompt token.
 
-        Sequences are left-padded, so every response ends at the last position and the LM head
-        runs only on the last ``longest + 1`` positions (not on whole prompts). Outputs are
-        right-aligned: row i's response occupies the last ``len(response_i)`` columns.
+        Rows that share a prompt share its forward pass: each distinct prefix (the prompt less
+        its last token) runs once, its keys and values are copied to every row that has it, and
+        the suffixes (last prompt token + response) run on top. A group of GRPO members has one
+        first prompt, so this runs it once instead of ``group_size`` times; the gradient flows
+        through the shared keys and values, so the result is that of whole sequences.
+
+        Suffixes are left-padded, so every response ends at the last position and the LM head
+        runs only on the last ``longest + 1`` positions. Outputs are right-aligned: row i's
+        response occupies the last ``len(response_i)`` columns.
         """
         model = model or self.model
         longest = max(len(r.response_ids) for r in rows)
-        ids, attention, positions = left_pad([r.prompt_ids + r.response_ids for r in rows], 0,
-                                             self.device)
+        suffix_ids, suffix_mask, _ = left_pad([r.prompt_ids[-1:] + r.response_ids for r in rows],
+                                              0, self.device)
+        distinct: dict[tuple[int, ...], int] = {}
+        which = torch.tensor([distinct.setdefault(tuple(r.prompt_ids[:-1]), len(distinct))
+                              for r in rows], device=self.device)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            out = model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                        use_cache=False, logits_to_keep=longest + 1, output_hidden_states=values)
+            cache, attention = None, suffix_mask
+            if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
+                prefix_ids, prefix_mask, prefix_positions = left_pad(list(distinct), 0, self.device)
+                cache = model(input_ids=prefix_ids, attention_mask=prefix_mask,
+                              position_ids=prefix_positions, use_cache=True,
+                              logits_to_keep=1).past_key_values
+                for layer in cache.layers:
+                    layer.keys = layer.keys.index_select(0, which)
+                    layer.values = layer.values.index_select(0, which)
+                attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1]:]
+            out = model(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
+                        past_key_values=cache, use_cache=False, logits_to_keep=longest + 1,
+                        output_hidden_states=values)
             value = None
             if values:
-                last_prompt = ids.shape[1] - 1 - torch.tensor(
+                last_prompt = suffix_ids.shape[1] - 1 - torch.tensor(
                     [len(r.response_ids) for r in rows], device=self.device)
                 hidden = out.hidden_states[-1][torch.arange(len(rows)), last_prompt]
                 value = self.value_head(hidden).squeeze(-1).float()
         logits = out.logits
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
         logprobs_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        logprobs = logprobs_all.gather(-1, ids[:, -longest:, None]).squeeze(-1)
+        logprobs = logprobs_all.gather(-1, suffix_ids[:, -longest:, None]).squeeze(-1)
         lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
         ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
