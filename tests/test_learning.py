@@ -5,7 +5,8 @@ SmolLM2-135M answers this task in format about 40% of the time and wins about a 
 games, so there is signal in most groups; four LoRA updates of 32 episodes lift it (measured on 2 cores:
 GRPO 0.31 -> 0.44). The held-out evaluation samples (temperature 1) 128 games whose seeds
 training never uses, so a rate has a standard error of about 0.04; the test asks for +0.08. The
-overrides are the README's learning run.
+overrides are the README's learning run; one ``compare_with`` run trains both estimators from the
+same untrained evaluation.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from omegaconf import OmegaConf
 from agentgym.conf import compose
 from agentgym.trainers.loop import TrainConfig, train
 
-# About 5 minutes each on 2 idle cores; part of CI, where they share the cores with other tests.
+# About 8 minutes for both on 2 idle cores; part of CI, where they share the cores with other tests.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 README_RUN = ["env=agentgym/GuessNumber-v0", "prompt=guess_number", "steps=4", "groups_per_step=4",
@@ -27,15 +28,24 @@ README_RUN = ["env=agentgym/GuessNumber-v0", "prompt=guess_number", "steps=4", "
               "eval_every=4", "eval_tasks=128", "eval_temperature=1.0", "progress=false"]
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
-def test_training_raises_held_out_success(tmp_path, estimator):
-    cfg = compose("train", [*README_RUN, f"estimator={estimator}", f"out_dir={tmp_path}"])
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The run directory of each estimator: GiGPO, then GRPO as its comparison run."""
+    out = tmp_path_factory.mktemp("learning") / "gigpo"
+    cfg = compose("train", [*README_RUN, "estimator=gigpo", "compare_with=grpo", f"out_dir={out}"])
     train(TrainConfig.from_dict(OmegaConf.to_container(cfg, resolve=True)))
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert (out / "comparison.png").stat().st_size > 1000
+    return {"gigpo": out, "grpo": out.with_name("gigpo-grpo")}
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo"])
+def test_training_raises_held_out_success(runs, estimator):
+    run = runs[estimator]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     before, after = records[0]["eval_success"], records[-1]["eval_success"]
     print(f"{estimator}: held-out success {before:.3f} -> {after:.3f}")
     assert records[0]["step"] == -1 and records[-1]["step"] == 3
     assert after >= before + 0.08, f"{estimator} did not learn: {before:.3f} -> {after:.3f}"
     for record in (records[0], records[-1]):  # one outcome per held-out game, in seed order
         assert len(record["eval_outcomes"]) == 128 and set(record["eval_outcomes"]) <= {0, 1}
-    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+    assert (run / "learning_curve.png").stat().st_size > 1000

@@ -382,14 +382,20 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
     tmp.replace(png_path)
 
 
-async def atrain(cfg: TrainConfig) -> list[dict[str, Any]]:
-    """Run (or resume) training; return the metric records of the steps run now."""
+async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Run (or resume) training; return the metric records of the steps run now. ``baseline``:
+    the evaluation of the untrained policy, when another run already made it (same model, tasks
+    and sampling seeds); else it is run here."""
     trainer = Trainer(cfg)
     records = []
     try:
         await push_weights(trainer.learner, trainer.policy, trainer.out / "pushed")
         if trainer.start_step == 0:
-            baseline = await trainer.evaluate()
+            if baseline is None:
+                baseline = await trainer.evaluate()
+            else:
+                baseline = {k: baseline[k] for k in ("eval_success", "eval_outcomes")}
             console.print(f"step 0 held-out success (before training): {baseline['eval_success']}")
             trainer.log({"step": -1, "train_success": None, **baseline})
         for k in range(trainer.start_step, cfg.steps):
@@ -417,7 +423,11 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
         other = replace(cfg, estimator=cfg.compare_with, compare_with=None,
                                     out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}")
         console.print(f"comparison run: estimator={other.estimator} into {other.out_dir}")
-        asyncio.run(atrain(other))
+        # Both runs start from the same weights and evaluate the same tasks with the same
+        # sampling seeds: the main run's baseline evaluation is the comparison's too.
+        metrics = (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()
+        baseline = next((r for r in map(json.loads, metrics) if r["step"] == -1), None)
+        asyncio.run(atrain(other, baseline))
         plot_comparison({cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
                         Path(cfg.out_dir) / "comparison.png")
     return records
