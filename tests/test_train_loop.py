@@ -31,8 +31,15 @@ def final_weights(out_dir):
     return learner.step, {k: v.clone() for k, v in learner.trainable_state().items()}
 
 
-def test_train_writes_metrics_curve_and_checkpoint(tmp_path):
-    records = train(TrainConfig.from_dict({**TINY, "out_dir": str(tmp_path)}))
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """(out_dir, records) of one uninterrupted TINY run, shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("straight")
+    return out, train(TrainConfig.from_dict({**TINY, "out_dir": str(out)}))
+
+
+def test_train_writes_metrics_curve_and_checkpoint(tiny_run):
+    tmp_path, records = tiny_run
     assert [r["step"] for r in records] == [0, 1, 2]
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert lines[0]["step"] == -1 and "eval_success" in lines[0]  # the untrained baseline
@@ -99,9 +106,8 @@ def test_spa_step_trains_and_checkpoints_its_progress_estimator(tmp_path):
         trainer.close()
 
 
-def test_killed_run_resumes_to_the_same_parameters(tmp_path):
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    train(TrainConfig.from_dict({**TINY, "out_dir": str(straight)}))
+def test_killed_run_resumes_to_the_same_parameters(tiny_run, tmp_path):
+    straight, killed = tiny_run[0], tmp_path / "killed"
 
     # Run the CLI, kill it (SIGKILL) once step 1 is checkpointed, then resume it.
     args = [sys.executable, "-m", "agentgym.cli", "train", f"out_dir={killed}", "steps=3",
