@@ -62,11 +62,13 @@ def serial_group(item: pytest.Item) -> str | None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests of :func:`serial_group`, and put the ``slow`` tests first: xdist hands
     out the groups (largest first) and then single tests in this order, so the longest work
-    starts at once instead of trailing at the end."""
+    starts at once instead of trailing at the end. Among equally slow tests those that need
+    Docker go last, so that a group runs its other tests while ``.ci/run`` builds the images."""
     for item in items:
         if (group := serial_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("docker") is not None))
 
 
 @pytest.hookimpl(trylast=True)  # after xdist wrote the groups into the node ids
