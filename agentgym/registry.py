@@ -28,10 +28,10 @@ import difflib
 import importlib
 import inspect
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import gymnasium as gym
 
@@ -92,6 +92,12 @@ class EnvManifest:
     image: str | None = None
     """Container image that serves the env; ``None`` means the base image."""
     resources: Resources = field(default_factory=Resources)
+    client_kwargs: Mapping[str, float | None] = field(default_factory=dict)
+    """The constructor kwargs that a network client of an env server may set, each with its
+    ceiling: a number bounds every number in the value (``dim_room=[12, 12]`` against 12), and
+    ``None`` leaves the value to the env's own checks. Only the operator may set the others
+    (isolation switches, host paths and files, URLs, limits that have no ceiling):
+    ``agentgym serve --allow-kwarg NAME``."""
     plugin: str = ""
     """Name of the entry point that registered the id (filled in by the registry)."""
     kinds: tuple[str, ...] = ()
@@ -170,15 +176,10 @@ def _store_manifest(id: str, given: EnvManifest | None, kinds: tuple[str, ...]) 
     previous = _manifests.get(id)
     base = given or previous or EnvManifest()
     known = set(kinds) | set(previous.kinds if previous else ())
-    _manifests[id] = EnvManifest(
-        description=base.description,
-        family=base.family,
-        extras=tuple(base.extras),
-        image=base.image,
-        resources=base.resources,
-        plugin=base.plugin or _current_plugin,
-        kinds=tuple(k for k in KINDS if k in known),
-    )
+    _manifests[id] = replace(base, extras=tuple(base.extras),
+                             client_kwargs=dict(base.client_kwargs),
+                             plugin=base.plugin or _current_plugin,
+                             kinds=tuple(k for k in KINDS if k in known))
 
 
 @contextlib.contextmanager

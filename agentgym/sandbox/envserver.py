@@ -32,8 +32,10 @@ def python_in(sb: Sandbox) -> str:
 
 
 def server_command(sb: Sandbox) -> list[str]:
-    """The argv that serves env sessions on ``sb``'s socket for :data:`SERVER_PORT`."""
-    return [python_in(sb), "-m", "agentgym.server", "--uds", sb.socket_path(SERVER_PORT)]
+    """The argv that serves env sessions on ``sb``'s socket for :data:`SERVER_PORT`. Only the
+    process that made ``sb`` reaches that socket, so the server takes any kwargs from it."""
+    return [python_in(sb), "-m", "agentgym.server", "--uds", sb.socket_path(SERVER_PORT),
+            "--trust-client-kwargs"]
 
 
 def start_server(sb: Sandbox, *, timeout_s: float = 120.0) -> SandboxProcess:

@@ -19,6 +19,9 @@ request                                   answer
 ``DELETE /sessions/{id}``                 ``{"session_id", "closed": true}``
 ========================================  =====================================================
 
+With a token (:mod:`~agentgym.server.auth`) every request needs ``Authorization: Bearer
+<token>``; without it the answer is 401 ``unauthorized``.
+
 Errors are JSON ``{"error": code, "detail": text}`` with the statuses of
 :data:`agentgym.server.errors.STATUS`; the server keeps serving after any of them. Values are
 encoded by :mod:`agentgym.server.jsonsafe` (numpy scalars and arrays, tuples, sets, ... become
@@ -32,11 +35,12 @@ import asyncio
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -49,7 +53,8 @@ from agentgym.server.bodies import (
     required_object,
     required_str,
 )
-from agentgym.server.envs import KINDS, hostable_envs, make_env
+from agentgym.server.auth import BearerAuth
+from agentgym.server.envs import KINDS, check_client_kwargs, hostable_envs, make_env
 from agentgym.server.errors import ApiError
 from agentgym.server.jsonsafe import dumps
 from agentgym.server.sessions import Session, SessionStore
@@ -69,6 +74,12 @@ class ServerConfig:
         env_allowlist: env ids (or entry points) sessions may name; ``None`` allows every
             registered id. Others answer 403 ``env_not_allowed``.
         allow_entry_points: accept ``"module:factory"`` env ids (runs code the client names).
+        allowed_kwargs: constructor kwargs clients may set beyond those the env's manifest
+            declares safe for clients, with no ceiling (see :mod:`~agentgym.server.envs`);
+            ``None``: every kwarg (a server whose only client is its operator).
+        token: the bearer token every request must carry (:mod:`~agentgym.server.auth`);
+            ``None``: none (:func:`~agentgym.server.serve.serve` then binds loopback or a Unix
+            socket only).
     """
 
     max_sessions: int = 4096
@@ -76,6 +87,8 @@ class ServerConfig:
     max_body_bytes: int = 1 << 20
     env_allowlist: frozenset[str] | None = None
     allow_entry_points: bool = False
+    allowed_kwargs: frozenset[str] | None = frozenset()
+    token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1 or not self.idle_timeout_s > 0 or self.max_body_bytes < 1:
@@ -117,6 +130,7 @@ class _Api:
         allowlist = self.config.env_allowlist
         if allowlist is not None and env_id not in allowlist:
             raise ApiError("env_not_allowed", f"this server hosts only {sorted(allowlist)}")
+        check_client_kwargs(env_id, kwargs, self.config.allowed_kwargs)
         allow_entry_points = self.config.allow_entry_points
         session = await self.store.create(
             lambda: make_env(env_id, kwargs, kind, allow_entry_points=allow_entry_points), env_id)
@@ -237,6 +251,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error,
                             Exception: _internal_error},
+        middleware=[Middleware(BearerAuth, token=api.config.token)] if api.config.token else [],
         lifespan=lifespan,
     )
     return app

@@ -208,6 +208,7 @@ class RemoteEnv(_SessionEnv, TextEnv):
             env (that would keep it alive).
         diagnose: called when the server cannot be reached; says why (see
             :class:`~agentgym.server.transport.Transport`).
+        token: the server's bearer token; default ``$AGENTGYM_SERVER_TOKEN``, if set.
 
     Raises (from any call): :class:`~agentgym.server.errors.EnvServerError` subclasses;
     a non-``str`` action raises ``TypeError`` locally, as for every TextEnv. A constructor (or
@@ -225,11 +226,11 @@ class RemoteEnv(_SessionEnv, TextEnv):
                  uds: str | None = None, client: httpx.Client | None = None,
                  async_client: httpx.AsyncClient | None = None, lazy: bool = False,
                  on_close: Callable[[], None] | None = None,
-                 diagnose: Callable[[], str | None] | None = None):
+                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
         super().__init__()
         self._start(url, env_id, kwargs, "single", lazy=lazy, on_close=on_close,
                     timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client, diagnose=diagnose)
+                    async_client=async_client, diagnose=diagnose, token=token)
 
     def _opened(self, answer: dict[str, Any]) -> None:
         observation_space = space_from_description(answer["observation_space"])
@@ -279,7 +280,7 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
                  uds: str | None = None, client: httpx.Client | None = None,
                  async_client: httpx.AsyncClient | None = None, lazy: bool = False,
                  on_close: Callable[[], None] | None = None,
-                 diagnose: Callable[[], str | None] | None = None):
+                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
         self.agents: list[Any] = []
         self.possible_agents: list[Any] = []
         self.metadata: dict[str, Any] = {"render_modes": [], "name": "remote_parallel"}
@@ -288,7 +289,7 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
         self._by_name: dict[str, Any] = {}
         self._start(url, env_id, kwargs, "parallel", lazy=lazy, on_close=on_close,
                     timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client, diagnose=diagnose)
+                    async_client=async_client, diagnose=diagnose, token=token)
 
     def _opened(self, answer: dict[str, Any]) -> None:
         self.possible_agents = list(answer["possible_agents"])

@@ -18,6 +18,13 @@ accepts ``"package.module:factory"`` as an env id: the factory is imported and c
 kwargs, and the kind is what it returns. That runs whatever code the client names, so it is off
 by default and meant for tests and trusted callers only.
 
+Clients are hostile until the operator says otherwise: a session's kwargs may hold only the
+names that the env's manifest declares safe for clients
+(:attr:`~agentgym.registry.EnvManifest.client_kwargs`, numbers within their ceilings) and those
+the operator allowed (``agentgym serve --allow-kwarg NAME``); anything else answers 403
+``kwarg_not_allowed`` naming the kwarg, before the env is made. A server whose only client is
+its operator (a sandbox pool's, over its private socket) is started with ``--trust-client-kwargs``.
+
 One id may be registered as both kinds (a single-seat Gymnasium wrapper and a parallel env of the
 same game); the session request's ``kind`` picks one, and without ``kind`` the Gymnasium id wins.
 """
@@ -41,7 +48,8 @@ from agentgym.registry import (
 )
 from agentgym.server.errors import ApiError
 
-__all__ = ["KINDS", "Kind", "hostable_envs", "make_env", "register_parallel"]
+__all__ = ["KINDS", "Kind", "check_client_kwargs", "hostable_envs", "make_env",
+           "register_parallel"]
 
 Kind = Literal["single", "parallel"]
 KINDS: tuple[Kind, ...] = ("single", "parallel")
@@ -69,6 +77,46 @@ def hostable_envs(allowlist: frozenset[str] | None = None) -> list[dict[str, Any
     envs = [{"id": env_id, "kind": kind, "family": m.family, "description": m.description}
             for kind in KINDS for env_id, m in list_envs().items() if kind in m.kinds]
     return [e for e in envs if allowlist is None or e["id"] in allowlist]
+
+
+def check_client_kwargs(env_id: str, kwargs: dict[str, Any],
+                        allowed: frozenset[str] | None) -> None:
+    """Raise ``kwarg_not_allowed`` for the first kwarg a client may not set: neither in
+    ``allowed`` (the operator's; ``None`` allows every kwarg) nor declared in the manifest's
+    ``client_kwargs``, or holding a number past its declared ceiling. Unknown ids pass (making
+    them answers ``unknown_env``)."""
+    if allowed is None or not kwargs:
+        return
+    try:
+        declared = manifest(env_id).client_kwargs
+    except UnknownEnvError:
+        return
+    for name, value in kwargs.items():
+        if name in allowed:
+            continue
+        if name not in declared:
+            may = (f"clients may set {', '.join(sorted(declared))}" if declared
+                   else "clients may set none of its kwargs")
+            raise ApiError("kwarg_not_allowed", f"{env_id}: a client may not set {name!r} "
+                           f"({may}); the operator can allow it with agentgym serve "
+                           f"--allow-kwarg {name}", kwarg=name)
+        ceiling = declared[name]
+        if ceiling is not None and any(not x <= ceiling for x in _numbers(value)):  # NaN too
+            raise ApiError("kwarg_not_allowed", f"{env_id}: {name}={value!r} is past the "
+                           f"ceiling for clients, {ceiling:g}; the operator can allow more "
+                           f"with agentgym serve --allow-kwarg {name}", kwarg=name,
+                           ceiling=ceiling)
+
+
+def _numbers(value: Any) -> list[float]:
+    """The numbers in a JSON value (booleans are not numbers here)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in _numbers(item)]
+    if isinstance(value, dict):
+        return [x for item in value.values() for x in _numbers(item)]
+    return []
 
 
 def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,

@@ -48,7 +48,9 @@ STATUS: dict[str, int] = {
     "malformed_json": 400,       # the body is not JSON
     "invalid_kwargs": 400,       # make(env_id, **kwargs) raised TypeError/ValueError
     "invalid_argument": 400,     # reset(seed, options) raised TypeError/ValueError
+    "unauthorized": 401,         # the server has a token and the request did not carry it
     "env_not_allowed": 403,      # the id is outside the server's env allowlist
+    "kwarg_not_allowed": 403,    # a kwarg clients may not set, or a value past its ceiling
     "unknown_env": 404,          # no such env id (detail suggests close ones)
     "unknown_session": 404,      # no such session (never created, deleted, or reaped when idle)
     "not_found": 404,            # no such route

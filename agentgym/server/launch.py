@@ -27,15 +27,19 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import httpx
 
+from agentgym.server.auth import TOKEN_ENV, auth_headers, server_token
+
 __all__ = ["ServerProcess", "wait_healthy"]
 
 
-def wait_healthy(url: str, timeout: float, *, uds: str | None = None) -> dict[str, Any]:
+def wait_healthy(url: str, timeout: float, *, uds: str | None = None,
+                 token: str | None = None) -> dict[str, Any]:
     """Poll ``GET url/health`` until it answers 200 (returns its JSON) or ``timeout`` seconds
-    pass (``TimeoutError``)."""
+    pass (``TimeoutError``); ``token`` as for :class:`~agentgym.server.transport.Transport`."""
     transport = httpx.HTTPTransport(uds=uds) if uds else None
     deadline = time.monotonic() + timeout
-    with httpx.Client(base_url=url, transport=transport, trust_env=False, timeout=2.0) as client:
+    with httpx.Client(base_url=url, transport=transport, trust_env=False, timeout=2.0,
+                      headers=auth_headers(server_token(token))) as client:
         while True:
             try:
                 response = client.get("/health")
@@ -57,6 +61,11 @@ class ServerProcess:
             ``http://localhost`` and :attr:`uds` the socket's path).
         max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points:
             passed to the server (``None``: its default).
+        allowed_kwargs: kwargs clients may set beyond the manifests' (``--allow-kwarg``);
+            ``None``: any (``--trust-client-kwargs``).
+        token: the bearer token the server requires, given to it in its environment (never
+            on its command line) and used by :meth:`start`'s health check; default
+            ``$AGENTGYM_SERVER_TOKEN``.
         extra_args: more command-line arguments for the server.
         command_prefix: argv put before the Python command (a sandbox launcher).
         python: the interpreter inside the sandbox (default: this one).
@@ -73,7 +82,8 @@ class ServerProcess:
     def __init__(self, *, host: str = "127.0.0.1", use_uds: bool = False,
                  max_sessions: int | None = None, idle_timeout_s: float | None = None,
                  max_body_bytes: int | None = None, env_allowlist: Iterable[str] | None = None,
-                 allow_entry_points: bool = False, extra_args: Sequence[str] = (),
+                 allow_entry_points: bool = False, allowed_kwargs: Iterable[str] | None = (),
+                 token: str | None = None, extra_args: Sequence[str] = (),
                  command_prefix: Sequence[str] = (), python: str = sys.executable,
                  env: Mapping[str, str] | None = None,
                  workdir: str | os.PathLike[str] | None = None,
@@ -91,10 +101,15 @@ class ServerProcess:
             options += ["--allow-env", env_id]
         if allow_entry_points:
             options.append("--allow-entry-points")
+        if allowed_kwargs is None:
+            options.append("--trust-client-kwargs")
+        for name in allowed_kwargs or ():
+            options += ["--allow-kwarg", name]
+        self.token = server_token(token)
         self._options = options + list(extra_args)
         self.command_prefix = list(command_prefix)
         self.python = python
-        self.env = dict(env or {})
+        self.env = dict(env or {}) | ({TOKEN_ENV: self.token} if self.token else {})
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
@@ -138,7 +153,8 @@ class ServerProcess:
         try:
             self.ready = self._wait_ready_file(ready_file)
             self.url, self.uds = self.ready["url"], self.ready.get("uds")
-            wait_healthy(self.url, max(self.startup_timeout, 1.0), uds=self.uds)
+            wait_healthy(self.url, max(self.startup_timeout, 1.0), uds=self.uds,
+                         token=self.token)
         except BaseException:
             self.stop()
             raise

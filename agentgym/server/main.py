@@ -2,7 +2,8 @@
 
     python -m agentgym.server [--host 127.0.0.1] [--port 8000 | --uds PATH]
         [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576]
-        [--allow-env ID ...] [--allow-entry-points] [--ready-file PATH] [--log-level warning]
+        [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
+        [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH] [--log-level warning]
 
 ``python -m agentgym.server`` starts faster than ``agentgym serve`` (it skips the CLI's other
 imports); both take the same options.
@@ -33,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host only these env ids (repeatable; default: every registered id)")
     parser.add_argument("--allow-entry-points", action="store_true",
                         help="accept 'module:factory' env ids (runs code that clients name)")
+    parser.add_argument("--allow-kwarg", action="append", default=[], metavar="NAME",
+                        help="let clients set this env constructor kwarg too, with no ceiling "
+                             "(repeatable; default: only those each env declares safe)")
+    parser.add_argument("--trust-client-kwargs", action="store_true",
+                        help="let clients set any kwarg (for a server only its operator reaches)")
+    parser.add_argument("--token", default=None,
+                        help="bearer token every request must carry (default "
+                             "$AGENTGYM_SERVER_TOKEN; needed to bind a non-loopback address)")
     parser.add_argument("--ready-file", metavar="PATH", default=None,
                         help='write {"pid", "url", "host", "port"} (or "uds") here once serving')
     parser.add_argument("--log-level", default="warning",
@@ -52,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     serve(args.host, args.port, uds=args.uds, max_sessions=args.max_sessions,
           idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
           env_allowlist=args.allow_env, allow_entry_points=args.allow_entry_points,
-          ready_file=args.ready_file, log_level=args.log_level)
+          allowed_kwargs=None if args.trust_client_kwargs else args.allow_kwarg,
+          token=args.token, ready_file=args.ready_file, log_level=args.log_level)
     return 0
 
 

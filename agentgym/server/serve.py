@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable
 import uvicorn
 
 from agentgym.server.app import ServerConfig, create_app
+from agentgym.server.auth import TOKEN_ENV, is_loopback, server_token
 
 __all__ = ["serve", "serve_app"]
 
@@ -60,6 +61,8 @@ def serve(
     max_body_bytes: int = 1 << 20,
     env_allowlist: Iterable[str] | None = None,
     allow_entry_points: bool = False,
+    allowed_kwargs: Iterable[str] | None = (),
+    token: str | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
 ) -> None:
@@ -70,8 +73,10 @@ def serve(
         uds: serve on this Unix domain socket instead of TCP (``host``/``port`` are ignored);
             a stale socket file there is replaced. Useful where the server runs without network
             (a bubblewrap sandbox with ``--unshare-net``) and a directory is shared.
-        max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points:
-            see :class:`~agentgym.server.app.ServerConfig`.
+        max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points,
+            allowed_kwargs: see :class:`~agentgym.server.app.ServerConfig`.
+        token: the bearer token requests must carry; default ``$AGENTGYM_SERVER_TOKEN``. A TCP
+            address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
         log_level: uvicorn's log level (access logs are off).
     """
@@ -79,7 +84,12 @@ def serve(
         max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, max_body_bytes=max_body_bytes,
         env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
         allow_entry_points=allow_entry_points,
+        allowed_kwargs=None if allowed_kwargs is None else frozenset(allowed_kwargs),
+        token=server_token(token),
     )
+    if uds is None and not is_loopback(host) and config.token is None:
+        raise SystemExit(f"agentgym serve: binding {host} lets other machines in; give a token "
+                         f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket")
     serve_app(create_app(config), host, port, uds=uds, ready_file=ready_file,
               log_level=log_level)
 

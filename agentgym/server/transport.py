@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import httpx
 
+from agentgym.server.auth import auth_headers, server_token
 from agentgym.server.errors import (
     EnvServerError,
     EnvServerTimeout,
@@ -42,6 +43,8 @@ class Transport:
         diagnose: called (blocking) when the server cannot be reached; what it returns (why
             the server is gone, e.g. its sandbox died) is added to the
             :class:`~agentgym.server.errors.EnvServerUnavailable` message.
+        token: the server's bearer token (:mod:`~agentgym.server.auth`); default
+            ``$AGENTGYM_SERVER_TOKEN``, if set.
 
     Clients are made on first use. Proxy settings in the environment are ignored: the server is
     local or addressed directly. An async client made here belongs to the event loop it was made
@@ -51,8 +54,10 @@ class Transport:
     def __init__(self, url: str, *, timeout: float | None = 120.0, connect_timeout: float = 5.0,
                  uds: str | None = None, client: httpx.Client | None = None,
                  async_client: httpx.AsyncClient | None = None,
-                 diagnose: Callable[[], str | None] | None = None):
+                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
         self.url = url.rstrip("/")
+        self._auth = auth_headers(server_token(token))
+        self._json_headers = _HEADERS | self._auth
         self.diagnose = diagnose
         # Plain HTTP never uses TLS: skip loading the certificate store (~25 ms per client).
         self._verify = not self.url.startswith("http://")
@@ -109,9 +114,9 @@ class Transport:
         return self._answer(response)
 
     def _options(self, payload: Any, timeout: float | None) -> dict[str, Any]:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = {"headers": self._auth} if self._auth else {}
         if payload is not None:
-            options |= {"content": dumps(payload), "headers": _HEADERS}
+            options |= {"content": dumps(payload), "headers": self._json_headers}
         if timeout is not None:
             options["timeout"] = timeout
         return options

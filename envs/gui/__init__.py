@@ -23,5 +23,7 @@ def register() -> None:
                         "through AT-SPI accessibility trees",
             family="gui",
             extras=("gui",),
+            client_kwargs={"tasks": None, "split": None, "max_turns": 100, "screenshot": None,
+                           "settle_s": 2, "width": 1920, "height": 1200},
         ),
     )

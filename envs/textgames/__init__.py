@@ -12,6 +12,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Push boxes onto targets in a procedurally generated, solvable level",
             family="textgames",
+            client_kwargs={"dim_room": 12, "num_boxes": 6, "max_steps": 1000},
         ),
     )
     _register(
@@ -20,6 +21,8 @@ def register() -> None:
         manifest=EnvManifest(
             description="ALFWorld-style household tasks: find, clean, heat, cool, light, place",
             family="textgames",
+            client_kwargs={"task_types": None, "num_rooms": 8, "max_steps": 1000,
+                           "invalid_penalty": None},
         ),
     )
     _register(
@@ -28,5 +31,6 @@ def register() -> None:
         manifest=EnvManifest(
             description="Find a secret number from higher/lower feedback (small-model learning task)",
             family="textgames",
+            client_kwargs={"high": 1_000_000, "max_guesses": 100},
         ),
     )

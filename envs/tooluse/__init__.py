@@ -23,5 +23,8 @@ def register() -> None:
             description="Function calling over sandboxed code, SQL, files and stateful apps",
             family="tooluse",
             extras=("tooluse",),
+            # Not isolate: it turns the tools' sandbox off.
+            client_kwargs={"tasks": None, "split": None, "max_turns": 50, "timeout_s": 60,
+                           "max_output_chars": 20_000},
         ),
     )

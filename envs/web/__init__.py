@@ -24,6 +24,7 @@ def register() -> None:
             extras=("web",),
             # Chromium: a few hundred MiB per browser, and every thread counts as a pid.
             resources=Resources(memory_mb=2048, pids=1024),
+            client_kwargs={"split": None, "max_steps": 100, "screenshot": None},
         ),
     )
     _register(
@@ -33,5 +34,6 @@ def register() -> None:
             description="The web shop as WebShop-style text: search[...] and click[...]",
             family="web",
             extras=("web",),
+            client_kwargs={"split": None, "max_steps": 100},
         ),
     )

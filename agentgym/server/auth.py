@@ -1,0 +1,72 @@
+"""Who may talk to an env server: loopback and Unix sockets by default, a bearer token beyond.
+
+A server bound to a loopback address or a Unix socket answers any local client (the socket
+file's permissions and the machine's users are the boundary). A server on any other address
+must have a token (``agentgym serve --token`` or ``$AGENTGYM_SERVER_TOKEN``): every request then
+carries ``Authorization: Bearer <token>``, compared in constant time, and one without it is
+answered 401 ``unauthorized`` before its body is read. Clients (:class:`RemoteEnv`, the
+sandbox pool) send the token they are given, or ``$AGENTGYM_SERVER_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+from typing import Any, Awaitable, Callable
+
+__all__ = ["TOKEN_ENV", "BearerAuth", "auth_headers", "is_loopback", "server_token"]
+
+#: The environment variable that holds the token, on both sides.
+TOKEN_ENV = "AGENTGYM_SERVER_TOKEN"
+
+_Scope = dict[str, Any]
+_Asgi = Callable[[_Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+                 Awaitable[None]]
+
+
+def server_token(given: str | None = None) -> str | None:
+    """``given``, else ``$AGENTGYM_SERVER_TOKEN``; ``None`` when neither is set (or empty)."""
+    token = given if given is not None else os.environ.get(TOKEN_ENV)
+    return token or None
+
+
+def auth_headers(token: str | None) -> dict[str, str]:
+    """The header that carries ``token`` (none without one)."""
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost`` or a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class BearerAuth:
+    """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` are answered
+    401 ``unauthorized``; others go on to ``app``."""
+
+    def __init__(self, app: _Asgi, token: str):
+        if not token:
+            raise ValueError("BearerAuth needs a non-empty token")
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: _Scope, receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] == "http":
+            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = (b'{"error": "unauthorized", "detail": "this server needs '
+                        b'Authorization: Bearer <token> (agentgym serve --token)"}')
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"content-length", str(len(body)).encode()),
+                                        (b"www-authenticate", b"Bearer")]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,104 @@
+"""Who may use an env server, and what a client may ask of it (the threat model's network
+clients): real server processes on 127.0.0.1, real httpx clients.
+
+Regression of the break where any client ran code on the host: ``POST /sessions
+{"env_id": "agentgym/ToolUse-v0", "kwargs": {"isolate": false}}`` turned the tools' sandbox off,
+and ``SearchQA-v0`` with ``questions="/etc/shadow"`` opened host files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import httpx
+import pytest
+from test_server import start_server  # noqa: F401  (fixture)
+
+from agentgym.server.auth import TOKEN_ENV, is_loopback
+from agentgym.server.client import RemoteEnv
+from agentgym.server.errors import RequestRejected
+from agentgym.server.launch import ServerProcess
+
+SOKOBAN, TOOLUSE, SEARCH = "agentgym/Sokoban-v0", "agentgym/ToolUse-v0", "agentgym/SearchQA-v0"
+TOKEN = "s3cret-token-for-this-test"
+
+
+def sessions(server: ServerProcess, **headers: str) -> int:
+    answer = httpx.get(f"{server.url}/health", headers=headers, trust_env=False)
+    assert answer.status_code == 200, answer.text
+    return answer.json()["sessions"]
+
+
+def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
+    proc = subprocess.run([sys.executable, "-m", "agentgym.server", "--host", "0.0.0.0",
+                           "--port", "0", "--ready-file", str(tmp_path / "ready.json")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode != 0 and "give a token" in proc.stderr, proc.stderr
+    assert not (tmp_path / "ready.json").exists()  # it never served
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("")
+
+
+def test_requests_without_the_token_are_refused(start_server, monkeypatch):
+    server = start_server(token=TOKEN)
+    with httpx.Client(base_url=server.url, trust_env=False) as c:
+        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN},
+                        {"authorization": f"Bearer {TOKEN}x"}):
+            for response in (c.get("/health", headers=headers), c.get("/envs", headers=headers),
+                             c.post("/sessions", json={"env_id": SOKOBAN}, headers=headers)):
+                assert response.status_code == 401, response.text
+                assert response.json()["error"] == "unauthorized"
+    assert sessions(server, authorization=f"Bearer {TOKEN}") == 0  # nothing was made
+
+    with pytest.raises(RequestRejected, match="401 unauthorized"):
+        RemoteEnv(server.url, SOKOBAN, token="wrong")
+    env = RemoteEnv(server.url, SOKOBAN, token=TOKEN)
+    try:
+        assert env.reset(seed=0)[0]
+    finally:
+        env.close()
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)  # clients read the token from the environment too
+    env = RemoteEnv(server.url, SOKOBAN)
+    try:
+        assert env.reset(seed=1)[0]
+    finally:
+        env.close()
+    assert sessions(server, authorization=f"Bearer {TOKEN}") == 0
+
+
+@pytest.mark.parametrize("env_id, kwargs, named", [
+    (TOOLUSE, {"isolate": False}, "isolate"),                 # turns the tools' sandbox off
+    (SEARCH, {"questions": "/etc/shadow"}, "questions"),      # a host path
+    (SEARCH, {"index": "/root"}, "index"),
+    (SEARCH, {"retriever": "http://127.0.0.1:1"}, "retriever"),  # a URL the server would call
+    (TOOLUSE, {"timeout_s": 86_400}, "timeout_s"),            # past the ceiling (60 s)
+    (TOOLUSE, {"max_output_chars": float("inf")}, "max_output_chars"),
+    (SOKOBAN, {"dim_room": [12, 30]}, "dim_room"),            # any number past the ceiling
+    (SOKOBAN, {"disable_env_checker": False}, "disable_env_checker"),
+])
+def test_client_kwargs_that_weaken_isolation_or_name_host_paths_are_refused(
+        start_server, env_id, kwargs, named):
+    server = start_server()
+    body = json.dumps({"env_id": env_id, "kwargs": kwargs})  # Infinity, as Python's json allows
+    answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
+    assert answer.status_code == 403, answer.text
+    body = answer.json()
+    assert body["error"] == "kwarg_not_allowed" and body["kwarg"] == named
+    assert f"--allow-kwarg {named}" in body["detail"]
+    assert sessions(server) == 0 and httpx.get(f"{server.url}/envs").status_code == 200
+
+
+def test_the_operator_may_allow_a_kwarg(start_server):
+    server = start_server(allowed_kwargs=["dim_room"])
+    env = RemoteEnv(server.url, SOKOBAN, {"dim_room": [14, 14], "num_boxes": 2})
+    try:
+        observation, _ = env.reset(seed=0)
+        assert len(observation.splitlines()) >= 14
+        with pytest.raises(RequestRejected, match="ceiling for clients, 6"):
+            RemoteEnv(server.url, SOKOBAN, {"num_boxes": 7})  # still under its ceiling
+    finally:
+        env.close()
+    assert sessions(server) == 0
