@@ -64,6 +64,10 @@ def test_actions_parse(text: str, verb: str, args: tuple) -> None:
     ("click(" + "-" * 3000 + "1)", "not a call|literal"),
     ("click(1)" + "(1)" * 3000, "not a call"),
     ("type(" + "(" * 3000 + "'x'" + ")" * 3000 + ")", "not a call|literal"),
+    # NUL and lone surrogates cannot reach xdotool's argv (they raised out of step())
+    ('type("a\\x00b")', "cannot be typed"),
+    ('type("\\ud800")', "cannot be typed"),
+    ('key("\\x1b")', "cannot be typed"),
 ])
 def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ActionError, match=message):
@@ -73,10 +77,13 @@ def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
 def test_actions_become_xdotool_commands() -> None:
     assert xdotool_commands(parse_action("click(5)"), (10, 20)) == [
         ["mousemove", "10", "20", "click", "--delay", "0", "1"]]
-    # xdotool drops newlines: each line is typed, Return pressed between
+    # xdotool drops newlines: each line is typed, Return pressed between (a run of them by one
+    # xdotool: 1,999 newlines took 51 s as one command each)
     assert xdotool_commands(parse_action('type("ab\\n\\ncd")'), None) == [
-        ["type", "--delay", "8", "--", "ab"], ["key", "Return"], ["key", "Return"],
+        ["type", "--delay", "8", "--", "ab"], ["key", "--repeat", "2", "--delay", "8", "Return"],
         ["type", "--delay", "8", "--", "cd"]]
+    returns = xdotool_commands(parse_action('type("' + "\\n" * 1999 + '")'), None)
+    assert [c[2] for c in returns] == ["250"] * 7 + ["249"]  # each well inside the timeout
     # "-x" is text, not an option of xdotool
     assert xdotool_commands(parse_action('type("-x")'), None)[0][-2:] == ["--", "-x"]
     assert xdotool_commands(parse_action("scroll(-2, 3)"), None) == [

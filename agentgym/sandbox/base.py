@@ -431,6 +431,10 @@ def _raise_for_cat(result: ExecResult, path: str) -> None:
         return
     err = result.stderr.decode(errors="replace")
     for marker, exc_type, code in (("No such file", FileNotFoundError, errno.ENOENT),
+                                   ("Directory nonexistent", FileNotFoundError, errno.ENOENT),
+                                   ("Not a directory", NotADirectoryError, errno.ENOTDIR),
+                                   ("File name too long", OSError, errno.ENAMETOOLONG),
+                                   ("No space left", OSError, errno.ENOSPC),
                                    ("Permission denied", PermissionError, errno.EACCES),
                                    ("Read-only file system", PermissionError, errno.EROFS),
                                    ("Is a directory", IsADirectoryError, errno.EISDIR),

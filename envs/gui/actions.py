@@ -38,7 +38,7 @@ MAX_TYPE_CHARS = 2000
 MAX_ACTION_CHARS = 16_000
 #: Most key combos one ``key`` action presses.
 MAX_KEY_COMBOS = 20
-#: Characters one xdotool ``type`` command types (at 8 ms a character: 2 s, well inside the
+#: Characters (or Returns) one xdotool command types (at 8 ms each: 2 s, well inside the
 #: driver's timeout for one command).
 TYPE_CHUNK = 250
 MODIFIERS = frozenset(("ctrl", "control", "shift", "alt", "super", "meta"))
@@ -54,6 +54,10 @@ XDOTOOL_COMMANDS = frozenset((
     "windowsize windowstate windowunmap set_num_desktops get_num_desktops set_desktop "
     "get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport "
     "set_desktop_viewport exec sleep").split())
+
+
+#: What ``type``/``key`` refuse: control characters but newline and tab, lone surrogates.
+_UNTYPABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")
 
 
 class ActionError(ValueError):
@@ -100,6 +104,9 @@ def parse_action(text: str) -> Action:
             raise ActionError(f"{verb}: {name} must be an integer, got {value!r:.40}")
     if verb == "type" and len(args[0]) > MAX_TYPE_CHARS:
         raise ActionError(f"type: text of {len(args[0])} characters; at most {MAX_TYPE_CHARS}")
+    if verb in ("type", "key") and (bad := _UNTYPABLE.search(args[0])):
+        raise ActionError(f"{verb}: {bad.group()!r} cannot be typed (control characters other "
+                          "than newline and tab, and lone surrogates, have no key)")
     if verb == "key":
         _check_keys(args[0])
     return Action(verb, args)
@@ -139,8 +146,11 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
     if verb == "type":
         commands: list[list[str]] = []
         for i, line in enumerate(args[0].split("\n")):
-            if i:
-                commands.append(["key", "Return"])
+            if i and commands and commands[-1][:2] == ["key", "--repeat"] \
+                    and int(commands[-1][2]) < TYPE_CHUNK:  # one xdotool for a run of Returns
+                commands[-1][2] = str(int(commands[-1][2]) + 1)
+            elif i:
+                commands.append(["key", "--repeat", "1", "--delay", "8", "Return"])
             commands += [["type", "--delay", "8", "--", line[k:k + TYPE_CHUNK]]
                          for k in range(0, len(line), TYPE_CHUNK)]
         return commands

@@ -112,7 +112,11 @@ class ToolUseEnv(TextEnv):
         self._calls.append(json.dumps([reply.name, reply.arguments], sort_keys=True))
         try:
             result = self._toolbox().run(reply)
-        except SandboxError as exc:  # the sandbox died under the call: end, say why
+        except SandboxError as exc:
+            if self.sandbox is not None and self.sandbox.alive():  # the call failed, not it
+                return self._answered(f"<tool_response>\nError: {exc}\n</tool_response>", 0.0,
+                                      valid=True)
+            # The sandbox died under the call: end, say why.
             self._done = True
             message = f"the task's sandbox failed: {exc}"
             return (f"Error: {message}", 0.0, False, True,

@@ -103,6 +103,8 @@ def _decode(body: str) -> ToolCall:
     except json.JSONDecodeError as exc:
         raise ToolCallError(f"The tool call is not valid JSON: {exc.msg} at line {exc.lineno}, "
                             f"column {exc.colno}.") from None
+    except RecursionError:
+        raise ToolCallError("The tool call nests arrays or objects too deeply.") from None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
         raise ToolCallError('A tool call is a JSON object with a "name" (a string) and '
                             '"arguments" (an object).')
@@ -110,7 +112,7 @@ def _decode(body: str) -> ToolCall:
     if isinstance(arguments, str):  # some models encode the arguments object as a string
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             arguments = None
     if not isinstance(arguments, dict):
         raise ToolCallError(f'The "arguments" of {data["name"]!r} must be a JSON object.')

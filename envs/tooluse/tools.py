@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import posixpath
 import sysconfig
+from collections.abc import Iterator
 from typing import Any
 
 from agentgym.envs.tooluse.protocol import Tool, ToolCall, format_output
@@ -29,6 +30,11 @@ APP_STATE = "apps.json"
 MAX_TIMEOUT_S = 60
 #: Rows an SQL query shows at most.
 MAX_ROWS = 200
+#: The most characters of a call's arguments, but ``write_file``'s content: code, commands and
+#: queries travel as one command-line argument, which Linux caps at 128 KiB.
+MAX_ARGUMENT_CHARS = 100_000
+#: The longest path and file name (in UTF-8 bytes) a file tool takes, Linux's limits.
+MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255
 
 _TIMEOUT = {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S,
             "description": "wall-clock limit in seconds (default 10)"}
@@ -111,7 +117,12 @@ class Toolbox:
         self.default_timeout_s = default_timeout_s
 
     def run(self, call: ToolCall) -> str:
-        """The text result of ``call`` (already checked against the tool's schema)."""
+        """The text result of ``call`` (already checked against the tool's schema). Whatever
+        the arguments hold, the answer is text for the agent (``Error: ...`` when the call
+        could not run); only a failure of the sandbox itself raises (:class:`SandboxError`)."""
+        problem = _argument_problem(call)
+        if problem is not None:
+            return f"Error: {problem}"
         args = call.arguments
         timeout = float(args.get("timeout_s", self.default_timeout_s))
         if call.name == "python":
@@ -129,7 +140,10 @@ class Toolbox:
                 return self._exec(["python3", "-c", _LIST, path], timeout, plain=True)
             if call.name == "read_file":
                 return self._read(path)
-            self.sandbox.write_file(path, args["content"].encode())
+            try:
+                self.sandbox.write_file(path, args["content"].encode())
+            except OSError as exc:  # a directory, a path through a file, a read-only place
+                return f"Error: cannot write {path}: {exc.strerror or type(exc).__name__}"
             return f"wrote {len(args['content'])} characters to {path}"
         return self._app(call.name, args)
 
@@ -156,7 +170,7 @@ class Toolbox:
     def _read(self, path: str) -> str:
         try:
             data = self.sandbox.read_file(path, max_bytes=4 * self.max_output_chars)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        except OSError as exc:
             return f"Error: cannot read {path}: {exc.strerror or type(exc).__name__}"
         except SandboxError as exc:  # over the size limit, or the sandbox could not read it
             return f"Error: cannot read {path}: {exc}"
@@ -173,6 +187,45 @@ class Toolbox:
         if result.returncode == 0:
             return format_output(result.stdout, self.max_output_chars)
         return "Error: " + format_output(result.stderr, self.max_output_chars).strip()
+
+
+def _argument_problem(call: ToolCall) -> str | None:
+    """Why ``call``'s arguments cannot reach a process or a file name, if they cannot: a NUL
+    character or a lone surrogate in any string, too much text, a path over Linux's limits."""
+    strings = list(_strings(call.arguments))
+    for text in strings:
+        if "\x00" in text:
+            return "arguments may not contain NUL characters (\\u0000)."
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return "arguments must be valid Unicode text (a lone surrogate is not)."
+    size = sum(len(t) for t in strings) - (len(call.arguments["content"])
+                                           if call.name == "write_file" else 0)
+    if size > MAX_ARGUMENT_CHARS:
+        return (f"the arguments of {call.name} have {size:,} characters; the limit is "
+                f"{MAX_ARGUMENT_CHARS:,} (write long text to a file with write_file).")
+    for key in ("path", "database"):
+        path = call.arguments.get(key)
+        if isinstance(path, str) and (
+                len(path.encode()) > MAX_PATH_BYTES
+                or any(len(part.encode()) > MAX_NAME_BYTES for part in path.split("/"))):
+            return (f"the path is too long: at most {MAX_PATH_BYTES} bytes, and "
+                    f"{MAX_NAME_BYTES} per name.")
+    return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _inside(path: str) -> str | None:

@@ -438,10 +438,12 @@ def parse_action(text: str) -> tuple[str, list[str]] | str:
     says why it is not one. Arguments are Python literals or bare words (``click(e12)``)."""
     text = text.strip()
     if len(text) > MAX_FILL_CHARS + 100:
-        return f"That action has {len(text)} characters; fill takes at most {MAX_FILL_CHARS}."
+        verb = text.partition("(")[0].strip()[:40] or "an action"
+        return (f"That action ({verb}) has {len(text)} characters; an action takes at most "
+                f"{MAX_FILL_CHARS + 100} (the text of fill at most {MAX_FILL_CHARS}).")
     try:
         tree = ast.parse(text, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # NUL, lone surrogates, nesting
         tree = None
     if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.keywords:
         return f"Not an action: {text[:120]!r}. {USAGE}"

@@ -32,6 +32,9 @@ __all__ = ["MAX_QUERY_CHARS", "ShopTextEnv", "TextPage"]
 
 #: Longest query ``search[...]`` takes (the search box's ``maxlength``).
 MAX_QUERY_CHARS = 200
+#: Characters that no HTML form field holds: C0 controls (but tab, newline, carriage return),
+#: lone surrogates and the two non-characters.
+_NOT_TYPABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*|\s*(stop)\s*(?:\[\s*\])?\s*",
                      re.IGNORECASE | re.DOTALL)
 _BLOCKS = frozenset(["address", "article", "aside", "dd", "div", "dl", "dt", "fieldset", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p", "section", "table", "td", "th", "tr", "ul"])
@@ -165,6 +168,8 @@ class ShopTextEnv(ShopEnvBase):
                 return "search[...] needs words: search[red running shoes]."
             if len(arg) > MAX_QUERY_CHARS:
                 return f"The query has {len(arg)} characters; the search box takes {MAX_QUERY_CHARS}."
+            if _NOT_TYPABLE.search(arg):
+                return "The query has control characters, which the search box does not take."
             box.inputs["q"].value = arg
             self._request(*_form_request(box, None))
             return ""

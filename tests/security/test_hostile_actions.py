@@ -1,0 +1,141 @@
+"""No action string makes a ``step`` raise, on every registered env, in process.
+
+A property test (hypothesis, a fixed budget of examples per env) sends arbitrary Unicode, NUL
+bytes, lone surrogates, control characters, megabytes of text, deeply nested brackets and JSON,
+and path tricks (``..``, absolute paths, very long names), bare and inside each family's action
+syntax (``<action>``, ``<tool_call>``, ``click(...)``, ``search[...]``). Each step must return
+a text observation and a finite reward, and leave ``info["error"]`` unset: that key is for
+infrastructure failures, which eval keeps out of the success rate, so an agent must never be
+able to set it. The env goes on (or resets) afterwards.
+
+Regressions of the breaks found by hand (each raised before): a NUL byte in a tool's path or
+code, ``write_file`` to ``.`` or through a file, a 5,000-character file name, ``<tool_call>``
+followed by 100,000 ``[``, a 20 MB command.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterator
+
+import pytest
+from conftest import unavailable
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import agentgym
+
+ENV_IDS = sorted(agentgym.list_envs())
+#: Examples per env beyond the explicit ones; slow envs (a browser, a desktop) get fewer.
+BUDGET = {"agentgym/Shop-v0": 8, "agentgym/Desktop-v0": 8}
+DEFAULT_BUDGET = 40
+
+NUL, SURROGATE = "\x00", "\ud800"
+HOSTILE = [
+    "", NUL, SURROGATE, "\udfff\ud800x", "\x1b[2J\x07\x08\r", "\u202e\ufeff\u200b", "x" * 10_000_000,
+    "[" * 100_000, "{" * 100_000, '{"a":' * 50_000, "(" * 100_000, "<action>" * 10_000,
+    "../../../../etc/shadow", "/etc/shadow", "~/.ssh/id_rsa", "a" * 5_000, "a/" * 3_000,
+    "\n".join(["up"] * 10_000), "%s%n%x" * 100, "'; DROP TABLE x; --", "$(id)`id`",
+]
+
+
+def tool_call(tool: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
+
+
+#: The breaks of ToolUse-v0, which raised on d8cc9ee.
+TOOLUSE_BREAKS = [
+    tool_call("write_file", path=f"a{NUL}b", content="x"),
+    tool_call("read_file", path=f"{NUL}"),
+    tool_call("python", code=f"print(1){NUL}"),
+    tool_call("bash", command=f"echo {NUL}"),
+    tool_call("write_file", path=".", content="x"),
+    tool_call("write_file", path="f/inside", content="x"),  # after f is written as a file
+    tool_call("write_file", path="a" * 5_000, content="x"),
+    tool_call("read_file", path="a" * 5_000),
+    tool_call("bash", command="echo " + "x" * 20_000_000),
+    tool_call("python", code="#" * 3_000_000),
+    tool_call("sql", database="a" * 300, query="select 1"),
+    tool_call("list_files", path=("d" * 255 + "/") * 20),
+    "<tool_call>" + "[" * 100_000,
+    "<tool_call>" + "[" * 100_000 + "</tool_call>",
+    tool_call("add_contact", name=NUL * 10, email="x" * 1_000_000),
+    tool_call("bash", command="ln -s /nonexistent/dir/file dangling"),
+    tool_call("write_file", path="dangling", content="x"),     # through a dangling symlink
+    tool_call("read_file", path="dangling"),
+]
+
+
+def in_syntax(payload: str) -> list[str]:
+    """``payload`` bare and inside the action syntax of every family."""
+    quoted = json.dumps(payload)
+    return [payload, f"<action>{payload}</action>", f"<answer>{payload}</answer>",
+            tool_call("read_file", path=payload), tool_call("bash", command=payload),
+            f"click({payload})", f"type({quoted})", f"key({quoted})", f"fill(e1, {quoted})",
+            f"search[{payload}]", f"click[{payload}]"]
+
+
+actions = st.one_of(
+    st.text(),
+    st.text(alphabet=st.characters(codec=None, categories=["Cc", "Cs", "Co", "Cn", "Zs"])),
+    st.sampled_from(HOSTILE),
+    st.builds(lambda p, i: in_syntax(p)[i], st.text(max_size=300), st.integers(0, 10)),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                 lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8),
+                                                                             inner, max_size=4),
+                 max_leaves=30).map(json.dumps),
+)
+
+
+@pytest.fixture(scope="module", params=ENV_IDS)
+def env(request) -> Iterator[Any]:
+    env_id = request.param
+    if env_id == "agentgym/Desktop-v0":
+        from agentgym.envs.gui.desktop import desktop_available
+
+        if not desktop_available():
+            unavailable("the desktop packages are missing")
+    if env_id == "agentgym/Shop-v0":
+        from agentgym.envs.web.browser import chromium_path
+
+        try:
+            chromium_path()
+        except RuntimeError as exc:
+            unavailable(str(exc))
+    env = agentgym.make(env_id)
+    env.reset(seed=0)
+    yield env
+    env.close()
+
+
+def check_step(env: Any, action: str) -> None:
+    """``action`` is answered; after an episode's end the env resets."""
+    obs, reward, terminated, truncated, info = env.step(action)
+    assert isinstance(obs, str) and obs
+    assert math.isfinite(reward)
+    assert "error" not in info, f"an action set info['error']: {info['error']!r}"
+    if terminated or truncated:
+        env.reset()
+
+
+def test_named_hostile_actions_are_answered(env):
+    cases = HOSTILE + [a for p in HOSTILE[:12] for a in in_syntax(p)]
+    if env.spec.id == "agentgym/ToolUse-v0":
+        env.step(tool_call("write_file", path="f", content="a file"))
+        cases += TOOLUSE_BREAKS
+    for action in cases:
+        check_step(env, action)
+
+
+def test_any_action_is_answered(env):
+    @settings(max_examples=BUDGET.get(env.spec.id, DEFAULT_BUDGET), deadline=None,
+              database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                     HealthCheck.large_base_example])
+    @given(action=actions)
+    @example(action=NUL)
+    def property(action: str) -> None:
+        check_step(env, action)
+
+    property()
