@@ -26,7 +26,11 @@ from hypothesis import strategies as st
 
 import agentgym
 
-ENV_IDS = sorted(agentgym.list_envs())
+#: Every registered id; the desktop's and the browser's carry their markers (the desktop's
+#: tests run one after another, see tests/conftest.py).
+ENV_IDS = [pytest.param(i, marks={"agentgym/Desktop-v0": [pytest.mark.gui],
+                                  "agentgym/Shop-v0": [pytest.mark.browser]}.get(i, []))
+           for i in sorted(agentgym.list_envs())]
 #: Examples per env beyond the explicit ones; slow envs (a browser, a desktop) get fewer.
 BUDGET = {"agentgym/Shop-v0": 8, "agentgym/Desktop-v0": 8}
 DEFAULT_BUDGET = 40
