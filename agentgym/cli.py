@@ -238,11 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_terminated = threading.Event()
+
+
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM (`kill`, `docker stop`) stops a command the way Ctrl-C does: cleanly, its
     sandboxes, servers and browsers closed, instead of ending Python on the spot. The SIGINT
     handler in place runs (inside ``asyncio.run``, the one that cancels the loop's main task in
     order); where SIGINT is ignored (a background job), KeyboardInterrupt is raised."""
+    _terminated.set()
     handler = signal.getsignal(signal.SIGINT)
     if not callable(handler):
         raise KeyboardInterrupt
@@ -250,10 +254,16 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; an interrupted one exits 130 (Ctrl-C) or 143 (SIGTERM), without a
+    traceback."""
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
-    return args.func(args)
+    try:
+        status = args.func(args)
+    except KeyboardInterrupt:  # a command that does not catch it (serve: uvicorn re-raises)
+        status = 130
+    return 128 + signal.SIGTERM if status == 130 and _terminated.is_set() else status
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from typing import Any, AsyncIterator
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -61,6 +62,8 @@ from agentgym.server.sessions import Session, SessionStore
 from agentgym.server.spaces import describe_space
 
 __all__ = ["ServerConfig", "create_app"]
+
+log = logging.getLogger("agentgym.server")
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
                  exc.status_code)
 
 
+async def _disconnected(request: Request, exc: Exception) -> Response:
+    """A client that hung up while sending its request: one log line (nobody reads an answer)."""
+    log.info("client %s hung up during %s %s", request.client.host if request.client else "?",
+             request.method, request.url.path)
+    return Response(status_code=400)
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     return _json({"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}",
                   "exception_type": type(exc).__name__}, 500)
@@ -250,7 +260,7 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             Route("/sessions/{session_id}", api.delete, methods=["DELETE"]),
         ],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error,
-                            Exception: _internal_error},
+                            ClientDisconnect: _disconnected, Exception: _internal_error},
         middleware=[Middleware(BearerAuth, token=api.config.token)] if api.config.token else [],
         lifespan=lifespan,
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import httpx
@@ -102,3 +104,22 @@ def test_the_operator_may_allow_a_kwarg(start_server):
     finally:
         env.close()
     assert sessions(server) == 0
+
+
+def test_hung_up_clients_are_one_log_line_and_sigterm_exits_143():
+    proc = subprocess.Popen([sys.executable, "-m", "agentgym.cli", "serve", "--port", "0",
+                             "--log-level", "info"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        info = json.loads(proc.stdout.readline().split("ready ", 1)[1])
+        for _ in range(3):  # a body cut short: the client hung up mid-request
+            with socket.create_connection(("127.0.0.1", info["port"])) as sock:
+                sock.sendall(b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                             b"\r\n{\"env_id\": ")
+        assert httpx.get(f"{info['url']}/health", trust_env=False).json()["sessions"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.count("hung up during POST /sessions") == 3, stderr
