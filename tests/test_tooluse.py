@@ -154,6 +154,11 @@ def test_bad_arguments_raise():
         ToolUseEnv(tasks="web")
     with pytest.raises(ValueError, match="max_turns"):
         ToolUseEnv(max_turns=0)
+    for timeout_s in (0, -1, 86_400, float("inf"), float("nan"), True):  # it had no ceiling
+        with pytest.raises(ValueError, match="timeout_s must be seconds in"):
+            ToolUseEnv(timeout_s=timeout_s)
+    with pytest.raises(ValueError, match="max_output_chars"):
+        ToolUseEnv(max_output_chars=10**9)
     env = ToolUseEnv()
     try:
         with pytest.raises(ValueError, match="no task"):

@@ -35,7 +35,14 @@ from agentgym.envs.tooluse.protocol import (
     parse_reply,
     render_tools,
 )
-from agentgym.envs.tooluse.tools import APP_STATE, WORKSPACE_TOOLS, Toolbox, app_tools
+from agentgym.envs.tooluse.tools import (
+    APP_STATE,
+    MAX_OUTPUT_CHARS,
+    MAX_TIMEOUT_S,
+    WORKSPACE_TOOLS,
+    Toolbox,
+    app_tools,
+)
 
 from agentgym.env import TextEnv, coerce_action, pick_task
 from agentgym.sandbox import LocalSandbox, Sandbox, SandboxError, SandboxLimits
@@ -70,6 +77,14 @@ class ToolUseEnv(TextEnv):
             raise ValueError(f"ToolUseEnv: tasks must be one of {TASK_FAMILIES}, got {tasks!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"ToolUseEnv: max_turns must be an int >= 1, got {max_turns!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not 0 < timeout_s <= MAX_TIMEOUT_S:
+            raise ValueError(f"ToolUseEnv: timeout_s must be seconds in (0, {MAX_TIMEOUT_S}], "
+                             f"got {timeout_s!r}")
+        if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) \
+                or not 100 <= max_output_chars <= MAX_OUTPUT_CHARS:
+            raise ValueError(f"ToolUseEnv: max_output_chars must be an int in [100, "
+                             f"{MAX_OUTPUT_CHARS}], got {max_output_chars!r}")
         self.max_turns, self.timeout_s, self.max_output_chars = max_turns, timeout_s, max_output_chars
         self.isolate = isolate
         self.tasks = _load_tasks(tasks, split)

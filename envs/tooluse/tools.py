@@ -22,12 +22,15 @@ from agentgym.envs.tooluse.protocol import Tool, ToolCall, format_output
 
 from agentgym.sandbox import Sandbox, SandboxError
 
-__all__ = ["APP_STATE", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox", "app_tools"]
+__all__ = ["APP_STATE", "MAX_OUTPUT_CHARS", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox",
+           "app_tools"]
 
 #: The workspace file holding the apps' state.
 APP_STATE = "apps.json"
-#: The longest ``timeout_s`` a code tool accepts, in seconds.
+#: The longest ``timeout_s`` a code tool (or the env's default) accepts, in seconds.
 MAX_TIMEOUT_S = 60
+#: The most characters of a tool result the env may be set to show.
+MAX_OUTPUT_CHARS = 100_000
 #: Rows an SQL query shows at most.
 MAX_ROWS = 200
 #: The most characters of a call's arguments, but ``write_file``'s content: code, commands and
