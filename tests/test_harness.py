@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ from agentgym.harness.store import RunConfigMismatch, RunDirError, unit_key
 from agentgym.harness.suite import SuiteError, available_suites, suite_from_config
 from agentgym.policies.scripted import RandomPolicy
 from agentgym.policy import Generation, GenerationRequest
+from agentgym.sandbox.base import HOST_DIR_PREFIX
+from agentgym.sandbox.owner import Owner
 
 TESTS = Path(__file__).resolve().parent
 CLI = [sys.executable, "-m", "agentgym.cli", "eval"]
@@ -301,6 +304,32 @@ def test_kill_9_at_random_moments_loses_only_episodes_in_flight(tmp_path: Path) 
     _, summary = evaluate(run, *policy)
     assert summary["complete"] and summary["errors"] == 0
     assert outcomes(run) == outcomes(reference)  # every episode exactly once, as a clean run
+
+
+def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None,
+                                                                    tmp_path: Path) -> None:
+    """SIGKILL leaves the run's sandbox dirs (and cgroups) behind; the resume removes them."""
+    run = tmp_path / "run"
+    args = ["env=agentgym/Sokoban-v0", "episodes=8", "max_turns=6", "workers=2", "sandbox=local",
+            "policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.05", "report=false"]
+    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *args], env=env,
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while _lines(run) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no progress"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    owners = {p: Owner.from_tag(p.name[len(HOST_DIR_PREFIX):])
+              for p in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")}
+    left = [p for p, owner in owners.items() if owner is not None and owner.pid == proc.pid]
+    assert left, "the killed run left no sandbox dir: nothing to reclaim"
+    _, summary = evaluate(run, *args)
+    assert summary["complete"] and summary["errors"] == 0
+    assert not any(p.exists() for p in left)
 
 
 def _lines(run: Path) -> int:

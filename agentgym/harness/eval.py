@@ -219,7 +219,13 @@ def _env_servers(cfg: DictConfig, backend: str | None, suite: Suite) -> EnvServe
     if backend is None:
         return None
     from agentgym.sandbox.envs import EnvServerPool  # only sandboxed runs load it
+    from agentgym.sandbox.gc import gc
 
+    # What killed runs left (the run being resumed, most likely): their owners are dead.
+    reclaimed = gc(docker=backend == "docker")
+    if reclaimed.containers or reclaimed.dirs or reclaimed.cgroups:
+        console.print(f"agentgym eval: {str(reclaimed).splitlines()[0]} that dead runs left "
+                      "behind", highlight=False)
     servers = EnvServerPool(backend, warm=cfg.sandbox_warm,
                             sessions_per_server=cfg.sandbox_sessions)
     try:
