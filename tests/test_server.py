@@ -227,6 +227,24 @@ def _error(response: httpx.Response, status: int, code: str) -> str:
     return body["detail"]
 
 
+async def test_sessions_in_long_calls_hold_no_other_session(server):
+    """Each threaded session steps on a worker of its own: eight sessions sleeping in their
+    steps (more than asyncio's default pool has threads on 2 cores) leave a ninth free."""
+    envs = [await RemoteEnv.acreate(server.url, "probe_env:ThreadedProbeEnv") for _ in range(9)]
+    try:
+        for env in envs:
+            await env.areset(seed=0)
+        sleepers = [asyncio.create_task(env.astep("sleep:3")) for env in envs[:8]]
+        await asyncio.sleep(0.2)  # all eight are in their steps
+        for _ in range(5):
+            assert (await envs[8].astep("hi"))[0] == "echo hi"
+        assert not any(task.done() for task in sleepers)  # it did not wait for a free thread
+        assert [(await task)[0] for task in sleepers] == ["echo sleep:3"] * 8
+    finally:
+        for env in envs:
+            await env.aclose()
+
+
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
     with httpx.Client(base_url=server.url, trust_env=False) as c:
         _error(c.post("/sessions", content=b'{"env_id": '), 400, "malformed_json")

@@ -8,8 +8,13 @@ runs them without blocking the event loop, as the env asks:
   (wrappers that ``make`` added are bypassed: they have no async twins);
 * any other env is called through the wrappers ``make`` added, directly on the event loop when
   its core says ``step_in_thread = False`` (pure-Python envs that step in microseconds, where a
-  thread hop would cost more than the step) and in a worker thread otherwise. Envs that do not
-  say (plain Gymnasium envs, PettingZoo envs) run in a thread.
+  thread hop would cost more than the step) and in the session's own worker thread otherwise.
+  Envs that do not say (plain Gymnasium envs, PettingZoo envs) run in a thread.
+
+A session that steps in a thread has a worker thread of its own (made at its first call, ended
+with the session): a session blocked in a long call (a tool that runs for a minute) holds only
+itself, never a shared pool that other sessions' steps wait for. Envs are made in asyncio's
+default pool.
 
 Failures: ``TypeError``/``ValueError`` from ``reset`` (bad seed or options) answer 400
 ``invalid_argument`` and leave the session usable, as does Gymnasium's ``ResetNeeded`` (409
@@ -22,9 +27,11 @@ the reaper does). This is the rollout engine's rule: a failed env is never reuse
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -47,6 +54,7 @@ class Session:
 
     def __init__(self, env_id: str, kind: Kind, env: Any, on_env_closed: Callable[[], None]):
         self.id = uuid.uuid4().hex
+        self._worker: ThreadPoolExecutor | None = None
         self.env_id = env_id
         self.kind = kind
         self.env = env
@@ -78,7 +86,10 @@ class Session:
     async def _run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.inline:
             return fn(*args, **kwargs)
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="agentgym-session")
+        return await asyncio.get_running_loop().run_in_executor(
+            self._worker, functools.partial(fn, *args, **kwargs))
 
     async def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._native:
@@ -146,6 +157,8 @@ class Session:
             log.warning("session %s: %s.close() raised %s: %s", self.id, self.env_id,
                         type(exc).__name__, exc)
         finally:
+            if self._worker is not None:  # its thread ends after any call still running
+                self._worker.shutdown(wait=False)
             self._on_env_closed()
 
 
