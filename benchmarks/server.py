@@ -13,7 +13,12 @@ Three tables:
    shows what the server itself sustains. The load generator runs in this process and shares
    the machine's cores with the server, so client cost is part of every latency.
 
+4. Fairness: the round trip of a ``ToolUse-v0`` tool call (``bash echo hi``) on one session,
+   alone and while 8 other sessions of the same server sit in 10-second tool calls
+   (``sleep 10``); a session in a long call must hold only itself.
+
     .venv/bin/python benchmarks/server.py [--seconds 5] [--sessions 64 256 1024 2048]
+                                          [--only startup latency concurrency fairness]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from agentgym.server.client import RemoteEnv
 from agentgym.server.launch import ServerProcess, wait_healthy
 
 ENV_ID = "agentgym/Sokoban-v0"
+TOOLUSE = "agentgym/ToolUse-v0"
 ACTIONS = ("up", "down", "left", "right")
 
 
@@ -197,15 +203,65 @@ async def concurrency(server: ServerProcess, sessions: int, client: str, seconds
             "p99": p99, "server_cpu": server_cpu}
 
 
+def tool_call(tool: str, **arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
+
+
+async def fairness(url: str, blocked: int, seconds: float) -> tuple[float, float, int]:
+    """p50/p99 ms and count of ``bash echo hi`` round trips on one ToolUse session, made one
+    after another while ``blocked`` other sessions each sit in a ``seconds``-long tool call
+    (for ``seconds`` when none are)."""
+    envs = [await RemoteEnv.acreate(url, TOOLUSE) for _ in range(blocked + 1)]
+    try:
+        for env in envs:
+            await env.areset(seed=0)
+        fast, slow = envs[0], envs[1:]
+        sleep = tool_call("bash", command=f"sleep {seconds:g}", timeout_s=int(seconds) + 5)
+        sleepers = [asyncio.create_task(env.astep(sleep)) for env in slow]
+        await asyncio.sleep(0.5)  # every sleeper is in its call
+        latencies: list[float] = []
+        deadline = time.perf_counter() + seconds - 1
+        while time.perf_counter() < deadline and not (sleepers and all(t.done() for t in sleepers)):
+            start = time.perf_counter()
+            await fast.astep(tool_call("bash", command="echo hi"))
+            latencies.append(time.perf_counter() - start)
+        await asyncio.gather(*sleepers)
+    finally:
+        await asyncio.gather(*(env.aclose() for env in envs))
+    return (*percentiles_ms(latencies), len(latencies))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="stepping time per row")
     parser.add_argument("--sessions", type=int, nargs="+", default=[64, 256, 1024, 2048])
     parser.add_argument("--steps", type=int, default=2000, help="steps for the latency table")
+    tables = ["startup", "latency", "concurrency", "fairness"]
+    parser.add_argument("--only", nargs="+", choices=tables, default=tables)
     args = parser.parse_args()
     console = Console(width=140)
     cores = os.cpu_count()
+    if "startup" in args.only:
+        startup_table(console)
+    with ServerProcess(max_sessions=max(args.sessions) + 64) as server:
+        if "latency" in args.only:
+            latency_table(console, server, args.steps)
+        if "concurrency" in args.only:
+            concurrency_table(console, server, args.sessions, args.seconds, cores)
+        if "fairness" in args.only:
+            table = Table(title=f"{TOOLUSE}: `bash echo hi` round trips of one session while "
+                                "others sit in 10 s tool calls on the same server")
+            for col in ("sessions in 10 s calls", "round trips", "p50 ms", "p99 ms"):
+                table.add_column(col, justify="right")
+            for blocked in (0, 8):
+                p50, p99, count = asyncio.run(fairness(server.url, blocked, 10.0))
+                table.add_row(str(blocked), str(count), f"{p50:.1f}", f"{p99:.1f}")
+            console.print(table)
+    console.print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; other processes "
+                  "on the machine share the cores too.")
 
+
+def startup_table(console: Console) -> None:
     times = startup_seconds(5)
     table = Table(title="Startup: spawn `python -m agentgym.server --port 0` until /health answers")
     for col in ("runs", "median s", "max s"):
@@ -213,30 +269,32 @@ def main() -> None:
     table.add_row(str(len(times)), f"{np.median(times):.2f}", f"{max(times):.2f}")
     console.print(table)
 
-    with ServerProcess(max_sessions=max(args.sessions) + 64) as server:
-        latency = asyncio.run(single_env_latency(server.url, args.steps))
-        table = Table(title=f"{ENV_ID}: one env, {args.steps} sequential steps")
-        for col in ("where", "p50 ms", "p99 ms"):
-            table.add_column(col, justify="right")
-        for name, (p50, p99) in latency.items():
-            table.add_row(name, f"{p50:.3f}", f"{p99:.3f}")
-        console.print(table)
 
-        table = Table(title=f"{ENV_ID}: N sessions stepping random actions for {args.seconds:g} s "
-                            f"each (server and load generator share {cores} cores)")
-        for col in ("sessions", "client", "steps", "steps/s", "p50 ms", "p99 ms",
-                    "server CPU", "p99 < 1 s"):
-            table.add_column(col, justify="right")
-        for sessions in args.sessions:
-            for client in ("remote", "raw"):
-                r = asyncio.run(concurrency(server, sessions, client, args.seconds))
-                table.add_row(f"{sessions:,}", "RemoteEnv" if client == "remote" else "raw",
-                              f"{r['steps']:,}", f"{r['steps_per_s']:,.0f}", f"{r['p50']:.1f}",
-                              f"{r['p99']:.1f}", f"{r['server_cpu']:.0%}",
-                              "yes" if r["p99"] < 1000 else "no")
-        console.print(table)
-    console.print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; other processes "
-                  "on the machine share the cores too.")
+def latency_table(console: Console, server: ServerProcess, steps: int) -> None:
+    latency = asyncio.run(single_env_latency(server.url, steps))
+    table = Table(title=f"{ENV_ID}: one env, {steps} sequential steps")
+    for col in ("where", "p50 ms", "p99 ms"):
+        table.add_column(col, justify="right")
+    for name, (p50, p99) in latency.items():
+        table.add_row(name, f"{p50:.3f}", f"{p99:.3f}")
+    console.print(table)
+
+
+def concurrency_table(console: Console, server: ServerProcess, counts: list[int], seconds: float,
+                      cores: int | None) -> None:
+    table = Table(title=f"{ENV_ID}: N sessions stepping random actions for {seconds:g} s "
+                        f"each (server and load generator share {cores} cores)")
+    for col in ("sessions", "client", "steps", "steps/s", "p50 ms", "p99 ms",
+                "server CPU", "p99 < 1 s"):
+        table.add_column(col, justify="right")
+    for sessions in counts:
+        for client in ("remote", "raw"):
+            r = asyncio.run(concurrency(server, sessions, client, seconds))
+            table.add_row(f"{sessions:,}", "RemoteEnv" if client == "remote" else "raw",
+                          f"{r['steps']:,}", f"{r['steps_per_s']:,.0f}", f"{r['p50']:.1f}",
+                          f"{r['p99']:.1f}", f"{r['server_cpu']:.0%}",
+                          "yes" if r["p99"] < 1000 else "no")
+    console.print(table)
 
 
 if __name__ == "__main__":
