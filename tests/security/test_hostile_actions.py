@@ -98,8 +98,8 @@ def env(request) -> Iterator[Any]:
     if env_id == "agentgym/Desktop-v0":
         from agentgym.envs.gui.desktop import desktop_available
 
-        if not desktop_available():
-            unavailable("the desktop packages are missing")
+        if (missing := desktop_available()) is not None:
+            unavailable(missing)
     if env_id == "agentgym/Shop-v0":
         from agentgym.envs.web.browser import chromium_path
 
