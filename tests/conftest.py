@@ -38,17 +38,18 @@ SANDBOX_FILES = frozenset({"test_sandbox.py", "test_sandbox_docker.py", "test_sa
                            "test_harness.py", "test_harness_image.py"})
 
 
-#: Test files that train the embedded model in-process, a few GB each at their peak, in two
-#: groups of about equal length, the first two units xdist hands out: each worker starts with
-#: one, so at most two train at once and neither waits behind the other groups.
-TRAINING_FILES = {"test_learning.py": "training-a", "test_search_igpo.py": "training-b",
-                  "test_train_loop.py": "training-b", "test_learner.py": "training-b"}
+#: Test files that train the embedded model in-process: each keeps every core busy and takes a few
+#: GB at its peak, so two at once only share the cores (and the memory). They form one group,
+#: the longest, handed out first, while the other worker runs the tests that mostly wait
+#: (browsers, desktops, containers, servers).
+TRAINING_FILES = frozenset({"test_learning.py", "test_search_igpo.py", "test_train_loop.py",
+                            "test_learner.py"})
 
 
 def serial_group(item: pytest.Item) -> str | None:
     """The group of tests that must not run beside each other that ``item`` belongs to:
     ``"vllm"`` (servers of 3 GB, checked for by process name machine-wide), ``"desktop"`` (X
-    servers and applications, likewise), ``"sandbox"`` (:data:`SANDBOX_FILES`), a training group
+    servers and applications, likewise), ``"sandbox"`` (:data:`SANDBOX_FILES`), ``"training"``
     (:data:`TRAINING_FILES`); ``None`` for a test that may run beside any other."""
     if item.get_closest_marker("vllm"):
         return "vllm"
@@ -56,24 +57,21 @@ def serial_group(item: pytest.Item) -> str | None:
         return "desktop"
     if item.path.name in SANDBOX_FILES:
         return "sandbox"
-    return TRAINING_FILES.get(item.path.name)
+    return "training" if item.path.name in TRAINING_FILES else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests of :func:`serial_group` and order them: xdist (``--no-loadscope-reorder``)
-    gives each worker the next unit (a group or a single test) in this order, first one each,
-    then another whenever a worker has at most two tests left. The two training groups go
-    first, one per worker from the start (by test count, xdist's own order, they came after
-    every larger group and trailed at the end), then the ``slow`` tests, so that the long work
-    starts at once. Among equally slow tests those that need Docker go last, so that a group
-    runs its other tests while ``.ci/run`` builds the images."""
+    hands out groups and single tests in this order, a worker taking the next one when it has
+    at most two tests left. The training group goes first (the longest, on one worker from the
+    start), then the ``slow`` tests, so that the long work starts at once instead of trailing at
+    the end. Among equally slow tests those that need Docker go last, so that a group runs its
+    other tests while ``.ci/run`` builds the images."""
     for item in items:
         if (group := serial_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    training = sorted(set(TRAINING_FILES.values()))
-    items.sort(key=lambda item: (training.index(g) if (g := serial_group(item)) in training
-                                 else len(training),
+    items.sort(key=lambda item: (serial_group(item) != "training",
                                  item.get_closest_marker("slow") is None,
                                  item.get_closest_marker("docker") is not None))
 
