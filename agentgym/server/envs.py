@@ -109,14 +109,18 @@ def check_client_kwargs(env_id: str, kwargs: dict[str, Any],
 
 
 def _numbers(value: Any) -> list[float]:
-    """The numbers in a JSON value (booleans are not numbers here)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [x for item in value for x in _numbers(item)]
-    if isinstance(value, dict):
-        return [x for item in value.values() for x in _numbers(item)]
-    return []
+    """The numbers in a JSON value (booleans are not numbers here), walked without recursion:
+    a client's value may nest as deep as the JSON parser allows."""
+    found, todo = [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+    return found
 
 
 def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,

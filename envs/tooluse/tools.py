@@ -219,16 +219,18 @@ def _argument_problem(call: ToolCall) -> str | None:
 
 
 def _strings(value: Any) -> Iterator[str]:
-    """Every string in a JSON value, keys included."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield key
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
+    """Every string in a JSON value, keys included, walked without recursion (an agent's value
+    may nest as deep as the JSON parser allows)."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
 
 
 def _inside(path: str) -> str | None:

@@ -80,6 +80,7 @@ def test_requests_without_the_token_are_refused(start_server, monkeypatch):
     (TOOLUSE, {"max_output_chars": float("inf")}, "max_output_chars"),
     (SOKOBAN, {"dim_room": [12, 30]}, "dim_room"),            # any number past the ceiling
     (SOKOBAN, {"disable_env_checker": False}, "disable_env_checker"),
+    (SOKOBAN, {"dim_room": [[[[[[[[13]]]]]]]]}, "dim_room"),     # numbers anywhere in the value
 ])
 def test_client_kwargs_that_weaken_isolation_or_name_host_paths_are_refused(
         start_server, env_id, kwargs, named):
@@ -123,3 +124,13 @@ def test_hung_up_clients_are_one_log_line_and_sigterm_exits_143():
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr, stderr
     assert stderr.count("hung up during POST /sessions") == 3, stderr
+
+
+def test_kwargs_nested_as_deep_as_json_allows_are_answered(start_server):
+    server = start_server()
+    for depth in (500, 900, 5000):  # under and over what the JSON parser takes
+        body = '{"env_id": "%s", "kwargs": {"dim_room": %s13%s}}' % (SOKOBAN, "[" * depth,
+                                                                     "]" * depth)
+        answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
+        assert answer.status_code in (400, 403), answer.text  # never a 500
+    assert sessions(server) == 0
