@@ -203,7 +203,8 @@ class Learner:
         response occupies the last ``len(response_i)`` columns.
         """
         model = model or self.model
-        longest = max(len(r.response_ids) for r in rows)
+        lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
+        longest = int(lengths.max())
         suffix_ids, suffix_mask, _ = left_pad([r.prompt_ids[-1:] + r.response_ids for r in rows],
                                               0, self.device)
         distinct: dict[tuple[int, ...], int] = {}
@@ -226,15 +227,13 @@ class Learner:
                         output_hidden_states=values)
             value = None
             if values:
-                last_prompt = suffix_ids.shape[1] - 1 - torch.tensor(
-                    [len(r.response_ids) for r in rows], device=self.device)
+                last_prompt = suffix_ids.shape[1] - 1 - lengths
                 hidden = out.hidden_states[-1][torch.arange(len(rows)), last_prompt]
                 value = self.value_head(hidden).squeeze(-1).float()
         logits = out.logits
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
         logprobs_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
         logprobs = logprobs_all.gather(-1, suffix_ids[:, -longest:, None]).squeeze(-1)
-        lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
         ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
         return logprobs * mask, mask, ent, value

@@ -394,8 +394,6 @@ async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
         if trainer.start_step == 0:
             if baseline is None:
                 baseline = await trainer.evaluate()
-            else:
-                baseline = {k: baseline[k] for k in ("eval_success", "eval_outcomes")}
             console.print(f"step 0 held-out success (before training): {baseline['eval_success']}")
             trainer.log({"step": -1, "train_success": None, **baseline})
         for k in range(trainer.start_step, cfg.steps):
@@ -426,7 +424,8 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
         # Both runs start from the same weights and evaluate the same tasks with the same
         # sampling seeds: the main run's baseline evaluation is the comparison's too.
         metrics = (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()
-        baseline = next((r for r in map(json.loads, metrics) if r["step"] == -1), None)
+        baseline = next(({k: r[k] for k in ("eval_success", "eval_outcomes")}
+                         for r in map(json.loads, metrics) if r["step"] == -1), None)
         asyncio.run(atrain(other, baseline))
         plot_comparison({cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
                         Path(cfg.out_dir) / "comparison.png")
