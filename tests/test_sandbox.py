@@ -51,6 +51,7 @@ from agentgym.sandbox import (
 from agentgym.sandbox import cgroups as cgroups_module
 from agentgym.sandbox import local as local_module
 from agentgym.sandbox.local import _python_paths, bwrap_usable
+from agentgym.sandbox.mounts import unmount_under
 
 needs_bwrap = pytest.mark.skipif(bwrap_usable() is not None, reason=f"{bwrap_usable()}")
 SMALL = SandboxLimits(memory_bytes=64 << 20, pids=32, cpus=1.0, wall_timeout_s=20)
@@ -197,7 +198,8 @@ def test_not_started_and_vanished() -> None:
     with pytest.raises(SandboxError, match="not started"):
         sb.exec(["true"])
     with sb:
-        shutil.rmtree(sb.host_dir)  # failure injection: its directories vanish
+        unmount_under(sb.host_dir)  # failure injection: its directories vanish
+        shutil.rmtree(sb.host_dir)
         assert not sb.alive()
         with pytest.raises(SandboxDeadError, match="vanished"):
             sb.exec(["true"])
@@ -336,7 +338,8 @@ def test_pool_warm_acquire_recycle_and_replace() -> None:
         eventually(lambda: not sb.alive())
         pool.prewarm(spec, wait_s=30)
         victim = pool.warm_sandboxes(spec)[0]
-        shutil.rmtree(victim.host_dir)  # failure injection: a warm sandbox dies
+        unmount_under(victim.host_dir)  # failure injection: a warm sandbox dies
+        shutil.rmtree(victim.host_dir)
         eventually(lambda: victim not in pool.warm_sandboxes(spec))
         pool.prewarm(spec, wait_s=30)
         assert pool.stats(spec) == {"warm": 2, "starting": 0, "leased": 0}

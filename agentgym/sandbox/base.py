@@ -180,6 +180,9 @@ class Sandbox(abc.ABC):
         self.host_dir = host_dir_root() / f"{HOST_DIR_PREFIX}{self.owner.tag}-{self.id}"
         # Inside directories that are host directories too, for direct file access from here.
         self._mounts: dict[str, Path] = {}
+        # (uid, gid) that files and directories made from the host get, so the sandbox's own
+        # user can change them; None: this process's.
+        self._file_owner: tuple[int, int] | None = None
         self._started = False
         self._closed = False
 
@@ -400,6 +403,8 @@ class Sandbox(abc.ABC):
                 if make_parents:
                     try:
                         os.mkdir(part, 0o755, dir_fd=dir_fd)
+                        if self._file_owner:
+                            os.chown(part, *self._file_owner, dir_fd=dir_fd, follow_symlinks=False)
                     except FileExistsError:
                         pass
                 try:
@@ -411,13 +416,22 @@ class Sandbox(abc.ABC):
                 os.close(dir_fd)
                 dir_fd = next_fd
             try:
-                return os.open(parts[-1], flags | nofollow, 0o644, dir_fd=dir_fd)
+                fd = os.open(parts[-1], (flags & ~os.O_TRUNC) | nofollow, 0o644, dir_fd=dir_fd)
             except OSError as exc:
                 if exc.errno == errno.ELOOP:
                     raise _NotOnHost from None
                 if exc.errno == errno.ENOENT:
                     raise FileNotFoundError(errno.ENOENT, "No such file or directory", path) from None
                 raise
+            if flags & os.O_WRONLY:
+                if os.fstat(fd).st_nlink > 1:  # a hard link the sandbox made: could be anything
+                    os.close(fd)
+                    raise _NotOnHost
+                if self._file_owner:
+                    os.fchown(fd, *self._file_owner)
+                if flags & os.O_TRUNC:
+                    os.ftruncate(fd, 0)
+            return fd
         finally:
             os.close(dir_fd)
 

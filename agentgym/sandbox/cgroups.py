@@ -55,6 +55,12 @@ class Cgroups:
         """Make the groups and write ``limits`` into them. Raises OSError (nothing left behind)
         where cgroup v1 is missing or not writable."""
         dirs = {c: parent / name for c, parent in parent_dirs().items()}
+        for controller, parent in parent_dirs().items():
+            # Inside another sandbox /sys/fs/cgroup may be a plain directory (or missing):
+            # making directories there would make no groups.
+            if not (parent.parent / "cgroup.procs").is_file():
+                raise OSError(errno.ENOENT, f"no writable cgroup v1 {controller} hierarchy "
+                                            f"at {parent.parent}")
         group = cls({})
         try:
             for controller, d in dirs.items():

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agentgym.sandbox.base import HOST_DIR_PREFIX, SandboxError, host_dir_root
 from agentgym.sandbox.cgroups import Cgroups, parent_dirs
+from agentgym.sandbox.mounts import unmount_under
 from agentgym.sandbox.owner import Owner, owner_alive
 
 __all__ = ["GcReport", "gc"]
@@ -77,6 +78,7 @@ def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool
             owner = Owner.from_tag(path.name[len(HOST_DIR_PREFIX):])
             if path.is_dir() and _doomed(owner, now - path.stat().st_mtime, older_than_s,
                                          only_dead_owners):
+                unmount_under(path)  # its workspace and /tmp quotas
                 shutil.rmtree(path, ignore_errors=True)
                 report.dirs.append(str(path))
         try:

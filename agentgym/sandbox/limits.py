@@ -34,9 +34,14 @@ class SandboxLimits:
     """Default wall-clock limit of one ``exec()``, in seconds."""
     max_output_bytes: int = 1 * MIB
     """Default cap of each of ``exec()``'s stdout and stderr, in bytes."""
+    disk_bytes: int = 256 * MIB
+    """Size of the work dir, and of ``/tmp``, each; writing past it fails with ENOSPC. ``local``
+    mounts a tmpfs of that size on each where it may mount (root), else limits each file to it;
+    ``docker`` makes ``/tmp`` a tmpfs of that size. tmpfs pages count as the sandbox's memory."""
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "pids", "cpus", "wall_timeout_s", "max_output_bytes"):
+        for name in ("memory_bytes", "pids", "cpus", "wall_timeout_s", "max_output_bytes",
+                     "disk_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
 

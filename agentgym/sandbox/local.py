@@ -59,6 +59,7 @@ from agentgym.sandbox.base import (
 from agentgym.sandbox.capture import STDERR, STDOUT, OutputCapture, shell_status
 from agentgym.sandbox.cgroups import Cgroups
 from agentgym.sandbox.limits import SandboxLimits
+from agentgym.sandbox.mounts import mount_tmpfs, reveal, unmount_under
 
 __all__ = ["LocalProcess", "LocalSandbox", "bwrap_usable"]
 
@@ -99,10 +100,43 @@ def _etc_masks() -> tuple[tuple[str, bool], ...]:
 
 
 def _python_paths() -> list[str]:
-    """The Python installation, the virtual environment and the agentgym source tree."""
-    package_root = Path(agentgym.__file__).resolve().parent.parent
-    paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, str(package_root)}
+    """The Python installation, the virtual environment and agentgym's package folders."""
+    paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, *_source_dirs()}
     return sorted(paths | {os.path.realpath(p) for p in paths})
+
+
+def _source_dirs() -> set[str]:
+    """agentgym's package folders. An editable install maps them from a checkout (setuptools'
+    finder holds the map): only they are bound, never the checkout with its ``.git`` and runs."""
+    dirs = {str(Path(agentgym.__file__).resolve().parent)}
+    for name, module in list(sys.modules.items()):
+        mapping = getattr(module, "MAPPING", None)
+        if name.startswith("__editable__") and isinstance(mapping, dict):
+            dirs |= {str(path) for pkg, path in mapping.items() if pkg.split(".")[0] == "agentgym"}
+    return dirs
+
+
+#: Sandboxes of a root process run as a uid of their own, drawn from this range (2^30 uids).
+UID_BASE = 1 << 30
+
+
+@functools.lru_cache(maxsize=1)
+def _own_uids_usable() -> bool:
+    """Whether this process can run each bubblewrap sandbox as a uid of its own: it is root,
+    may switch uids, the kernel lets that uid make namespaces (bubblewrap without set-uid), and
+    it can see Python and the sandbox root. Checked once per process (about 20 ms)."""
+    if os.geteuid() != 0 or bwrap_usable() is not None:
+        return False
+    exe = shutil.which("bwrap")
+    assert exe is not None
+    argv = [exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
+            "--proc", "/proc", "--dev", "/dev", *_python_binds(()), "--", sys.executable, "-c", ""]
+    try:
+        probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
+                               preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
 
 
 def _system_binds() -> list[str]:
@@ -137,9 +171,29 @@ def _python_binds(extra_ro: Sequence[str]) -> list[str]:
     return args
 
 
-def _preexec(procs_files: Sequence[str], rlimits: Sequence[tuple[int, int]]) -> Callable[[], None]:
-    """Runs in the child between fork and exec: join the sandbox's cgroups, set rlimits. Only
-    system calls, no imports or locks: safe even though pools start sandboxes from threads."""
+@functools.lru_cache(maxsize=1)
+def _hidden_python_paths() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Python paths that other users cannot reach (an interpreter in root's home), grouped by
+    the highest ancestor they cannot pass through: :func:`~agentgym.sandbox.mounts.reveal`
+    makes them reachable for a sandbox's own uid."""
+    hidden: dict[str, list[str]] = {}
+    for path in _python_paths():
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            top = str(Path(*parts[:i]))
+            if not os.stat(top).st_mode & stat.S_IXOTH:
+                hidden.setdefault(top, []).append(path)
+                break
+    return tuple((top, tuple(paths)) for top, paths in hidden.items())
+
+
+def _preexec(procs_files: Sequence[str], rlimits: Sequence[tuple[int, int]],
+             uid: int | None) -> Callable[[], None]:
+    """Runs in the child between fork and exec: join the sandbox's cgroups, set rlimits, make
+    the OOM killer pick it before anything outside the sandbox, and become ``uid`` (also as
+    gid, with no supplementary groups; Python revealed to it first). Only system calls, no
+    imports or locks: safe even though pools start sandboxes from threads."""
+    hidden = _hidden_python_paths() if uid is not None else ()
 
     def enter() -> None:
         pid = str(os.getpid()).encode()
@@ -151,6 +205,20 @@ def _preexec(procs_files: Sequence[str], rlimits: Sequence[tuple[int, int]]) -> 
                 os.close(fd)
         for which, value in rlimits:
             resource.setrlimit(which, (value, value))
+        try:
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            try:
+                os.write(fd, b"1000")
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        if uid is not None:
+            if hidden:
+                reveal(hidden)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
 
     return enter
 
@@ -204,6 +272,9 @@ class LocalSandbox(Sandbox):
         self._cgroups: Cgroups | None = None
         self._processes: set[subprocess.Popen[bytes]] = set()  # execs in flight and spawns
         self._lock = threading.Lock()
+        self.uid: int | None = None
+        """The uid the sandbox's processes run as (``None``: this process's own)."""
+        self._fsize_limit = False
 
     @property
     def isolated(self) -> bool:
@@ -226,6 +297,12 @@ class LocalSandbox(Sandbox):
                 warnings.warn(f"cgroups unavailable ({exc}): sandbox limits are per-process "
                               "rlimits; the pids limit does not hold for root", SandboxWarning,
                               stacklevel=2)
+            if not problem and _own_uids_usable():
+                self.uid = UID_BASE + int(self.id, 16) % UID_BASE
+                self._file_owner = (self.uid, self.uid)
+                os.chmod(self.host_dir, 0o711)  # the uid must pass through to bind its dirs
+                os.chown(dirs["run"], self.uid, self.uid)
+            self._make_quota(dirs["work"], dirs["tmp"])
             if problem:
                 warnings.warn(f"LocalSandbox WITHOUT ISOLATION: {problem}. Commands run as plain "
                               "subprocesses that can read and write the host's files and reach "
@@ -243,6 +320,22 @@ class LocalSandbox(Sandbox):
         self._started = True
         track(self)
         return self
+
+    def _make_quota(self, *dirs: Path) -> None:
+        """A tmpfs of ``limits.disk_bytes`` on each of ``dirs``, else (where this process may
+        not mount) a per-file size limit and a warning."""
+        owner = self._file_owner or (os.getuid(), os.getgid())
+        try:
+            for d in dirs:
+                mount_tmpfs(d, self.limits.disk_bytes, *owner)
+        except OSError as exc:
+            unmount_under(self.host_dir)
+            self._fsize_limit = True
+            if self._file_owner:
+                for d in dirs:
+                    os.chown(d, *self._file_owner)
+            warnings.warn(f"no disk quota ({exc}): each file a sandboxed process writes is limited "
+                          f"to {self.limits.disk_bytes} bytes instead", SandboxWarning, stacklevel=3)
 
     def _bwrap_command(self) -> list[str]:
         exe = shutil.which("bwrap")
@@ -276,6 +369,8 @@ class LocalSandbox(Sandbox):
         if not argv:
             raise ValueError("argv must not be empty")
         rlimits: list[tuple[int, int]] = []
+        if self._fsize_limit:
+            rlimits.append((resource.RLIMIT_FSIZE, self.limits.disk_bytes))
         if self._cgroups is None:
             rlimits += [(resource.RLIMIT_AS, self.limits.memory_bytes),
                         (resource.RLIMIT_NPROC, self.limits.pids)]
@@ -293,7 +388,7 @@ class LocalSandbox(Sandbox):
                 cmd, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env,
                 cwd=self.host_dir / "work", start_new_session=True, close_fds=True,
                 preexec_fn=_preexec(self._cgroups.procs_files if self._cgroups else (),  # noqa: PLW1509
-                                    rlimits))
+                                    rlimits, self.uid))
         except OSError as exc:
             raise SandboxError(f"cannot launch {argv[0]!r} in sandbox {self.id}: {exc}") from exc
         with self._lock:
@@ -364,6 +459,7 @@ class LocalSandbox(Sandbox):
         if self._cgroups is not None:
             self._cgroups.remove()
             self._cgroups = None
+        unmount_under(self.host_dir)
         self._remove_host_dir()
 
 
