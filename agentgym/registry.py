@@ -78,6 +78,10 @@ class Resources:
     pids: int = 256
     network: bool = False
     """Whether the env needs network access inside its sandbox."""
+    nested_sandboxes: bool = False
+    """Whether the env makes sandboxes of its own inside its sandbox (one per session, for the
+    agent's code): a ``docker`` sandbox then gets what bubblewrap needs to make them (see
+    :attr:`agentgym.sandbox.SandboxLimits.nested`)."""
 
 
 @dataclass(frozen=True)

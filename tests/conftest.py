@@ -35,7 +35,7 @@ if WORKER is not None:
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.
 SANDBOX_FILES = frozenset({"test_sandbox.py", "test_sandbox_docker.py", "test_sandboxed_envs.py",
-                           "test_harness.py", "test_harness_image.py"})
+                           "test_harness.py", "test_harness_image.py", "test_isolation.py"})
 
 
 #: Test files that train the embedded model in-process: each keeps every core busy and takes a few

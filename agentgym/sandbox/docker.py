@@ -118,6 +118,14 @@ class DockerProcess(SandboxProcess):
             self._sandbox._kill_group(self._pid_file)
 
 
+PLAIN: dict[str, list[str]] = {"security_opt": ["no-new-privileges"]}
+NESTING: dict[str, list[str]] = {
+    "cap_add": ["SYS_ADMIN", "SETUID", "SETGID", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL"],
+    "security_opt": ["no-new-privileges", "seccomp=unconfined"],
+}
+"""What a container of :attr:`SandboxLimits.nested` gets (see there), for bubblewrap inside."""
+
+
 class DockerSandbox(Sandbox):
     """A sandbox in a Docker container; see the module documentation.
 
@@ -179,8 +187,10 @@ class DockerSandbox(Sandbox):
             nano_cpus=int(self.limits.cpus * 1e9),
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={mem},mode=1777"},
             binds={str(host): {"bind": inside, "mode": "rw"} for inside, host in self._mounts.items()},
-            cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            cap_drop=["ALL"], **(NESTING if self.limits.nested else PLAIN),
         )
+        if self.limits.nested:  # `docker run --security-opt systempaths=unconfined`
+            host_config.update(MaskedPaths=[], ReadonlyPaths=[])
         try:
             created = api.create_container(
                 self.image, entrypoint=["sh", "-c", _KILLER, f"{self.SOCKET_DIR}/{self.KILL_FIFO}"],

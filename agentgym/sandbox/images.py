@@ -64,6 +64,7 @@ IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 
 FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {
     "web": ("chromium", "fonts-liberation", "libatomic1"),  # libatomic1: Playwright's node
+    "tooluse": ("bubblewrap",),  # each session's tools in a sandbox of its own
     # the desktop (envs/gui): X server, buses, window manager, xdotool, Debian's Python with
     # the Atspi and Gdk typelibs for the driver, and the applications
     "gui": ("xvfb", "openbox", "dbus", "at-spi2-core", "python3-gi", "gir1.2-atspi-2.0",

@@ -37,7 +37,15 @@ class SandboxLimits:
     disk_bytes: int = 256 * MIB
     """Size of the work dir, and of ``/tmp``, each; writing past it fails with ENOSPC. ``local``
     mounts a tmpfs of that size on each where it may mount (root), else limits each file to it;
-    ``docker`` makes ``/tmp`` a tmpfs of that size. tmpfs pages count as the sandbox's memory."""
+    ``docker`` has ``/tmp`` a tmpfs the size of ``memory_bytes`` (the work dir is a host
+    directory). tmpfs pages count as the sandbox's memory."""
+    nested: bool = False
+    """Whether processes in the sandbox may make sandboxes of their own (bubblewrap, each as a
+    uid of its own with a disk quota). ``local`` always allows it. ``docker`` then runs the
+    container without Docker's seccomp profile and ``/proc`` masks, which block namespaces, and
+    with the capabilities to switch uids, mount the quotas and kill what it started
+    (``SYS_ADMIN``, ``SETUID``, ``SETGID``, ``CHOWN``, ``DAC_OVERRIDE``, ``FOWNER``, ``KILL``);
+    the code it nests runs without any."""
 
     def __post_init__(self) -> None:
         for name in ("memory_bytes", "pids", "cpus", "wall_timeout_s", "max_output_bytes",
@@ -52,8 +60,9 @@ class SandboxLimits:
 
 def limits_for(source: EnvManifest | Resources, **overrides: Any) -> SandboxLimits:
     """The limits for an env: its manifest's :class:`Resources` (``memory_mb``, ``pids``,
-    ``cpus``, ``network``), then ``overrides`` (any :class:`SandboxLimits` field)."""
+    ``cpus``, ``network``, ``nested_sandboxes``), then ``overrides`` (any
+    :class:`SandboxLimits` field)."""
     res = source.resources if isinstance(source, EnvManifest) else source
     base = SandboxLimits(memory_bytes=res.memory_mb * MIB, pids=res.pids, cpus=res.cpus,
-                         network=res.network)
+                         network=res.network, nested=res.nested_sandboxes)
     return base.with_(**overrides) if overrides else base

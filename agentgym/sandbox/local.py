@@ -70,15 +70,40 @@ _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 @functools.lru_cache(maxsize=1)
 def bwrap_usable() -> str | None:
     """Why bubblewrap cannot be used here, or ``None`` if it can (checked once per process)."""
+    return _bwrap_mode()[0]
+
+
+def _own_uids_usable() -> bool:
+    """Whether each bubblewrap sandbox runs as a uid of its own (see :func:`_bwrap_mode`)."""
+    return _bwrap_mode()[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _bwrap_mode() -> tuple[str | None, bool]:
+    """Why bubblewrap is unusable (or ``None``), and whether each sandbox can run as a uid of its
+    own: this process is root, may switch uids, the kernel lets that uid make namespaces
+    (bubblewrap without set-uid) and it can see Python. Root's own sandboxes are the fallback:
+    bubblewrap run as root needs ``CAP_SETFCAP`` to map uid 0, which containers lack."""
     exe = shutil.which("bwrap")
     if exe is None:
-        return "bubblewrap (bwrap) is not installed"
+        return "bubblewrap (bwrap) is not installed", False
+    if os.geteuid() == 0:
+        argv = [exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
+                "--proc", "/proc", "--dev", "/dev", *_python_binds(()), "--", sys.executable,
+                "-c", ""]
+        try:
+            probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
+                                   preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
+            if probe.returncode == 0:
+                return None, True
+        except (OSError, subprocess.SubprocessError):
+            pass
     probe = subprocess.run([exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
                             "--ro-bind", "/", "/", "--", "true"],
                            capture_output=True, text=True, timeout=30, check=False)
     if probe.returncode != 0:
-        return f"bwrap cannot create namespaces here: {probe.stderr.strip()}"
-    return None
+        return f"bwrap cannot create namespaces here: {probe.stderr.strip()}", False
+    return None, False
 
 
 @functools.lru_cache(maxsize=1)
@@ -118,25 +143,6 @@ def _source_dirs() -> set[str]:
 
 #: Sandboxes of a root process run as a uid of their own, drawn from this range (2^30 uids).
 UID_BASE = 1 << 30
-
-
-@functools.lru_cache(maxsize=1)
-def _own_uids_usable() -> bool:
-    """Whether this process can run each bubblewrap sandbox as a uid of its own: it is root,
-    may switch uids, the kernel lets that uid make namespaces (bubblewrap without set-uid), and
-    it can see Python and the sandbox root. Checked once per process (about 20 ms)."""
-    if os.geteuid() != 0 or bwrap_usable() is not None:
-        return False
-    exe = shutil.which("bwrap")
-    assert exe is not None
-    argv = [exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
-            "--proc", "/proc", "--dev", "/dev", *_python_binds(()), "--", sys.executable, "-c", ""]
-    try:
-        probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
-                               preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
 
 
 def _system_binds() -> list[str]:

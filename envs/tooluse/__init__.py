@@ -10,7 +10,7 @@
 - :mod:`~agentgym.envs.tooluse.env`: ``agentgym/ToolUse-v0``.
 """
 
-from agentgym.registry import EnvManifest
+from agentgym.registry import EnvManifest, Resources
 from agentgym.registry import register as _register
 
 
@@ -23,6 +23,8 @@ def register() -> None:
             description="Function calling over sandboxed code, SQL, files and stateful apps",
             family="tooluse",
             extras=("tooluse",),
+            # A server hosts many sessions, each with a sandbox of its own for its tools.
+            resources=Resources(memory_mb=2048, pids=2048, nested_sandboxes=True),
             # Not isolate: it turns the tools' sandbox off.
             client_kwargs={"tasks": None, "split": None, "max_turns": 50, "timeout_s": 60,
                            "max_output_chars": 20_000},

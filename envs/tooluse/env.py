@@ -50,6 +50,8 @@ from agentgym.sandbox import LocalSandbox, Sandbox, SandboxError, SandboxLimits
 __all__ = ["ToolUseEnv"]
 
 TASK_FAMILIES = ("data", "apps", "all")
+#: The size of an episode's workspace, and of its /tmp, each (the tasks' files take < 1 MiB).
+WORKSPACE_BYTES = 64 << 20
 FORMAT = ('Call one tool per reply: <tool_call>{"name": ..., "arguments": {...}}</tool_call>. '
           "When you are done, reply <answer>...</answer>.")
 
@@ -183,7 +185,8 @@ class ToolUseEnv(TextEnv):
                 pass
         if self.sandbox is not None:
             self.sandbox.close()
-        self.sandbox = LocalSandbox(SandboxLimits(wall_timeout_s=float(self.timeout_s)),
+        self.sandbox = LocalSandbox(SandboxLimits(wall_timeout_s=float(self.timeout_s),
+                                                  disk_bytes=WORKSPACE_BYTES),
                                     bwrap=self.isolate).start()
         return self.sandbox
 
