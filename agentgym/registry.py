@@ -102,6 +102,10 @@ class EnvManifest:
     ``None`` leaves the value to the env's own checks. Only the operator may set the others
     (isolation switches, host paths and files, URLs, limits that have no ceiling):
     ``agentgym serve --allow-kwarg NAME``."""
+    path_kwargs: tuple[str, ...] = ()
+    """The constructor kwargs that name host files or directories. A network client may set
+    one only where the operator allowed it (``agentgym serve --allow-kwarg NAME``) and gave a
+    data root (``--data-root DIR``): the client's value is then a path inside that root."""
     plugin: str = ""
     """Name of the entry point that registered the id (filled in by the registry)."""
     kinds: tuple[str, ...] = ()

@@ -1,12 +1,16 @@
-"""Tool use: the round trip of a ``python`` tool call in a warm sandbox, and tasks per second
-for the experts.
+"""Tool use: the round trip of a ``python`` tool call in a warm sandbox, in each backend, and
+tasks per second for the experts.
 
-A round trip is one ``ToolUseEnv.step`` with a ``<tool_call>`` running ``print(1)``: parsing and
-checking the call, starting Python in the task's sandbox (bubblewrap when it works here), and
-reading its output. Expert rates count whole episodes: reset (a clean workspace with the task's
-files) and every call until the answer is graded. All figures come from one run.
+A round trip is one ``step`` with a ``<tool_call>`` running ``print(1)``: parsing and checking
+the call, starting Python in the session's sandbox (bubblewrap, as a uid of its own where the
+env runs as root), and reading its output. Backends: in process (the env's own sandbox; and,
+for comparison, plain subprocesses with ``isolate=False``), ``sandbox="local"`` (the env server
+under bubblewrap, the session's sandbox nested in it) and ``sandbox="docker"`` (the env server
+in the tooluse image, the sandbox nested in the container; build it first with
+``agentgym build tooluse``). Expert rates count whole episodes: reset (a clean workspace with the
+task's files) and every call until the answer is graded. All figures come from one run.
 
-    .venv/bin/python benchmarks/tooluse.py [--calls 200] [--tasks 40]
+    .venv/bin/python benchmarks/tooluse.py [--calls 200] [--tasks 40] [--backends in-process local docker]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import json
 import time
 
+import agentgym
 import numpy as np
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import expert_action
@@ -25,19 +30,24 @@ from rich.table import Table
 console = Console()
 
 
-def round_trips(isolate: bool | None, n: int) -> list[float]:
-    env = ToolUseEnv(tasks="data", isolate=isolate)
+BACKENDS = {"in-process": {}, "subprocess": {"isolate": False}, "local": {"sandbox": "local"},
+            "docker": {"sandbox": "docker"}}
+
+
+def round_trips(backend: str, n: int) -> list[float]:
+    env = agentgym.make("agentgym/ToolUse-v0", max_turns=50, **BACKENDS[backend])
     try:
         env.reset(seed=0)
         call = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "print(1)"}}) \
             + "</tool_call>"
         env.step(call)  # warm
         times = []
-        for _ in track(range(n), description=f"python calls (isolate={isolate})", console=console):
+        for i in track(range(n), description=f"python calls ({backend})", console=console):
             t0 = time.perf_counter()
-            _obs, *_ = env.step(call)
+            obs, *_ = env.step(call)
             times.append(time.perf_counter() - t0)
-            if env._turns >= env.max_turns - 1:
+            assert "stdout:\n1" in obs, obs
+            if i % 40 == 39:
                 env.reset(seed=0)
         return times
     finally:
@@ -65,13 +75,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=40)
+    parser.add_argument("--backends", nargs="+", choices=list(BACKENDS), default=list(BACKENDS))
     args = parser.parse_args()
     table = Table(title="python tool call round trip, warm sandbox (ms)")
-    for column in ("sandbox", "calls", "p50", "p99"):
+    for column in ("backend", "calls", "p50", "p99"):
         table.add_column(column)
-    for isolate, label in ((None, "bubblewrap"), (False, "subprocess")):
-        times = round_trips(isolate, args.calls)
-        table.add_row(label, str(len(times)), f"{1000 * np.percentile(times, 50):.1f}",
+    for backend in args.backends:
+        times = round_trips(backend, args.calls)
+        table.add_row(backend, str(len(times)), f"{1000 * np.percentile(times, 50):.1f}",
                       f"{1000 * np.percentile(times, 99):.1f}")
     console.print(table)
     rates = Table(title="Experts: whole episodes (reset, calls, graded answer)")

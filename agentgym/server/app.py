@@ -8,7 +8,8 @@ request                                   answer
                                           "idle_timeout_s", "closed_envs", "reaped", "pid",
                                           "uptime_s", "version"}``
 ``GET /envs``                             ``{"envs": [{"id", "kind", "family", "description"}]}``
-``POST /sessions``                        ``{"session_id", "env_id", "kind", ...spaces}``
+``POST /sessions``                        ``{"session_id", "env_id", "kind", "max_body_bytes",
+                                          ...spaces}``
 ``{env_id, kwargs?, kind?}``              (see :func:`_describe`)
 ``POST /sessions/{id}/reset``             single: ``{"observation", "info"}``; parallel:
 ``{seed?, options?}``                     ``{"observations", "infos", "agents"}``
@@ -37,6 +38,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
@@ -80,6 +82,8 @@ class ServerConfig:
         allowed_kwargs: constructor kwargs clients may set beyond those the env's manifest
             declares safe for clients, with no ceiling (see :mod:`~agentgym.server.envs`);
             ``None``: every kwarg (a server whose only client is its operator).
+        data_root: the directory inside which clients' host paths (an env's ``path_kwargs``
+            the operator allowed) are resolved; ``None``: clients name no host path.
         token: the bearer token every request must carry (:mod:`~agentgym.server.auth`);
             ``None``: none (:func:`~agentgym.server.serve.serve` then binds loopback or a Unix
             socket only).
@@ -91,6 +95,7 @@ class ServerConfig:
     env_allowlist: frozenset[str] | None = None
     allow_entry_points: bool = False
     allowed_kwargs: frozenset[str] | None = frozenset()
+    data_root: Path | None = None
     token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -133,11 +138,12 @@ class _Api:
         allowlist = self.config.env_allowlist
         if allowlist is not None and env_id not in allowlist:
             raise ApiError("env_not_allowed", f"this server hosts only {sorted(allowlist)}")
-        check_client_kwargs(env_id, kwargs, self.config.allowed_kwargs)
+        kwargs = check_client_kwargs(env_id, kwargs, self.config.allowed_kwargs,
+                                     self.config.data_root)
         allow_entry_points = self.config.allow_entry_points
         session = await self.store.create(
             lambda: make_env(env_id, kwargs, kind, allow_entry_points=allow_entry_points), env_id)
-        return _json(_describe(session))
+        return _json(_describe(session) | {"max_body_bytes": self.config.max_body_bytes})
 
     async def reset(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])

@@ -26,6 +26,7 @@ from pettingzoo import ParallelEnv
 
 from agentgym.env import TextEnv, coerce_action
 from agentgym.server.errors import EnvServerError
+from agentgym.server.jsonsafe import dumps
 from agentgym.server.spaces import space_from_description
 from agentgym.server.transport import Transport
 
@@ -228,11 +229,14 @@ class RemoteEnv(_SessionEnv, TextEnv):
                  on_close: Callable[[], None] | None = None,
                  diagnose: Callable[[], str | None] | None = None, token: str | None = None):
         super().__init__()
+        self._max_body_bytes: int | None = None  # the server's, once the session is open
+        self._info: dict[str, Any] = {}  # the last reset's or step's
         self._start(url, env_id, kwargs, "single", lazy=lazy, on_close=on_close,
                     timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
                     async_client=async_client, diagnose=diagnose, token=token)
 
     def _opened(self, answer: dict[str, Any]) -> None:
+        self._max_body_bytes = answer.get("max_body_bytes")
         observation_space = space_from_description(answer["observation_space"])
         action_space = space_from_description(answer["action_space"])
         if not (isinstance(observation_space, spaces.Text)
@@ -246,24 +250,44 @@ class RemoteEnv(_SessionEnv, TextEnv):
               ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         answer = self.session.call("reset", {"seed": seed, "options": options})
+        self._info = answer["info"]
         return answer["observation"], answer["info"]
 
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                      ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         answer = await self.session.acall("reset", {"seed": seed, "options": options})
+        self._info = answer["info"]
         return answer["observation"], answer["info"]
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return _step_result(self.session.call("step", {"action": coerce_action(action)}))
+        if (refused := self._too_large(coerce_action(action))) is not None:
+            return refused
+        return self._stepped(self.session.call("step", {"action": action}))
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        return _step_result(await self.session.acall("step", {"action": coerce_action(action)}))
+        if (refused := self._too_large(coerce_action(action))) is not None:
+            return refused
+        return self._stepped(await self.session.acall("step", {"action": action}))
 
+    def _too_large(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]] | None:
+        """The answer to an action the server would refuse (its request over the server's
+        body limit): an invalid action the agent can read, the env left as it was (the last
+        info, ``action_valid=False``). ``None`` for an action that fits."""
+        limit = self._max_body_bytes
+        if limit is None or 6 * len(action) + 64 <= limit:  # fits even if all escaped
+            return None
+        size = len(dumps({"action": action}))
+        if size <= limit:
+            return None
+        return (f"Error: this action is {size:,} bytes long as JSON; the env server takes at "
+                f"most {limit:,}. Reply with a shorter action.", 0.0, False, False,
+                {**self._info, "action_valid": False})
 
-def _step_result(answer: dict[str, Any]) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-    return (answer["observation"], float(answer["reward"]), bool(answer["terminated"]),
-            bool(answer["truncated"]), answer["info"])
+    def _stepped(self, answer: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        self._info = answer["info"]
+        return (answer["observation"], float(answer["reward"]), bool(answer["terminated"]),
+                bool(answer["truncated"]), answer["info"])
 
 
 class RemoteParallelEnv(_SessionEnv, ParallelEnv):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from pathlib import Path
 from typing import Any, Callable, Literal
 
 import gymnasium as gym
@@ -79,19 +80,25 @@ def hostable_envs(allowlist: frozenset[str] | None = None) -> list[dict[str, Any
     return [e for e in envs if allowlist is None or e["id"] in allowlist]
 
 
-def check_client_kwargs(env_id: str, kwargs: dict[str, Any],
-                        allowed: frozenset[str] | None) -> None:
-    """Raise ``kwarg_not_allowed`` for the first kwarg a client may not set: neither in
-    ``allowed`` (the operator's; ``None`` allows every kwarg) nor declared in the manifest's
-    ``client_kwargs``, or holding a number past its declared ceiling. Unknown ids pass (making
-    them answers ``unknown_env``)."""
+def check_client_kwargs(env_id: str, kwargs: dict[str, Any], allowed: frozenset[str] | None,
+                        data_root: Path | None = None) -> dict[str, Any]:
+    """The kwargs to make the env with, or ``kwarg_not_allowed`` for the first kwarg a client
+    may not set: neither in ``allowed`` (the operator's; ``None`` allows every kwarg as it is)
+    nor declared in the manifest's ``client_kwargs``, holding a number past its declared
+    ceiling, or (one of the manifest's ``path_kwargs``) not a relative path inside
+    ``data_root``, to which it is resolved. Unknown ids pass (making them answers
+    ``unknown_env``)."""
     if allowed is None or not kwargs:
-        return
+        return kwargs
     try:
-        declared = manifest(env_id).client_kwargs
+        m = manifest(env_id)
     except UnknownEnvError:
-        return
+        return kwargs
+    declared, kwargs = m.client_kwargs, dict(kwargs)
     for name, value in kwargs.items():
+        if name in m.path_kwargs and name in allowed:
+            kwargs[name] = _inside_data_root(env_id, name, value, data_root)
+            continue
         if name in allowed:
             continue
         if name not in declared:
@@ -106,6 +113,21 @@ def check_client_kwargs(env_id: str, kwargs: dict[str, Any],
                            f"ceiling for clients, {ceiling:g}; the operator can allow more "
                            f"with agentgym serve --allow-kwarg {name}", kwarg=name,
                            ceiling=ceiling)
+    return kwargs
+
+
+def _inside_data_root(env_id: str, name: str, value: Any, data_root: Path | None) -> str:
+    """``value``, a client's path, resolved inside ``data_root`` (symlinks followed)."""
+    if data_root is None:
+        raise ApiError("kwarg_not_allowed", f"{env_id}: {name!r} names a host path, which "
+                       "clients may name only inside the server's data root: start it with "
+                       "agentgym serve --data-root DIR", kwarg=name)
+    root = data_root.resolve()
+    path = (root / value).resolve() if isinstance(value, str) and "\x00" not in value else None
+    if path is None or value.startswith("/") or not path.is_relative_to(root):
+        raise ApiError("kwarg_not_allowed", f"{env_id}: {name}={value!r} is not a relative "
+                       f"path inside the server's data root", kwarg=name)
+    return str(path)
 
 
 def _numbers(value: Any) -> list[float]:

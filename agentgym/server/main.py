@@ -3,7 +3,7 @@
     python -m agentgym.server [--host 127.0.0.1] [--port 8000 | --uds PATH]
         [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576]
         [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
-        [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH] [--log-level warning]
+        [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH] [--log-level warning]
 
 ``python -m agentgym.server`` starts faster than ``agentgym serve`` (it skips the CLI's other
 imports); both take the same options.
@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-kwarg", action="append", default=[], metavar="NAME",
                         help="let clients set this env constructor kwarg too, with no ceiling "
                              "(repeatable; default: only those each env declares safe)")
+    parser.add_argument("--data-root", metavar="DIR", default=None,
+                        help="resolve the host paths clients give (allowed path kwargs, such as "
+                             "SearchQA's questions) inside DIR; without it they give none")
     parser.add_argument("--trust-client-kwargs", action="store_true",
                         help="let clients set any kwarg (for a server only its operator reaches)")
     parser.add_argument("--token", default=None,
@@ -62,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
           idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
           env_allowlist=args.allow_env, allow_entry_points=args.allow_entry_points,
           allowed_kwargs=None if args.trust_client_kwargs else args.allow_kwarg,
-          token=args.token, ready_file=args.ready_file, log_level=args.log_level)
+          data_root=args.data_root, token=args.token, ready_file=args.ready_file, log_level=args.log_level)
     return 0
 
 

@@ -62,6 +62,7 @@ def serve(
     env_allowlist: Iterable[str] | None = None,
     allow_entry_points: bool = False,
     allowed_kwargs: Iterable[str] | None = (),
+    data_root: str | os.PathLike[str] | None = None,
     token: str | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
@@ -74,7 +75,7 @@ def serve(
             a stale socket file there is replaced. Useful where the server runs without network
             (a bubblewrap sandbox with ``--unshare-net``) and a directory is shared.
         max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points,
-            allowed_kwargs: see :class:`~agentgym.server.app.ServerConfig`.
+            allowed_kwargs, data_root: see :class:`~agentgym.server.app.ServerConfig`.
         token: the bearer token requests must carry; default ``$AGENTGYM_SERVER_TOKEN``. A TCP
             address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
@@ -85,6 +86,7 @@ def serve(
         env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
         allow_entry_points=allow_entry_points,
         allowed_kwargs=None if allowed_kwargs is None else frozenset(allowed_kwargs),
+        data_root=None if data_root is None else Path(data_root),
         token=server_token(token),
     )
     if uds is None and not is_loopback(host) and config.token is None:

@@ -24,6 +24,7 @@ def register() -> None:
             family="search",
             extras=("search",),
             # Not questions, index, corpus (host files) or retriever (a URL the server would call).
+            path_kwargs=("questions", "index", "corpus"),
             client_kwargs={"split": None, "world_seed": 1_000_000, "top_k": 20, "max_turns": 50,
                            "reward": None, "format_penalty": None, "max_passage_chars": 4000},
         ),

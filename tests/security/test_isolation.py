@@ -239,3 +239,21 @@ def _host_address() -> str:
     """This host's first non-loopback IPv4 address (or loopback when there is none)."""
     out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False).stdout
     return next((a for a in out.split() if ":" not in a), "127.0.0.1")
+
+
+def test_hostile_actions_through_the_server(sessions: tuple[Any, Any], backend: str) -> None:
+    """What no env may raise on in process, through the env server too: an action over the
+    server's body limit (1 MiB) is answered as an invalid action, the env left as it was."""
+    from test_hostile_actions import HOSTILE, TOOLUSE_BREAKS
+
+    a, b = sessions
+    for action in [*HOSTILE, *TOOLUSE_BREAKS, "\ud800" * 300_000]:
+        obs, reward, terminated, truncated, info = a.step(action)
+        assert isinstance(obs, str) and reward == 0.0 and "error" not in info, (action[:80], obs)
+        if terminated or truncated:
+            a.reset(seed=0)
+    if backend != "in-process":
+        obs, *_, info = a.step("x" * 2_000_000)
+        assert "the env server takes at most 1,048,576" in obs and not info["action_valid"]
+        assert info["task_id"]  # the env's own info, as it was
+    answers(a, b)

@@ -134,3 +134,33 @@ def test_kwargs_nested_as_deep_as_json_allows_are_answered(start_server):
         answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
         assert answer.status_code in (400, 403), answer.text  # never a 500
     assert sessions(server) == 0
+
+
+def test_client_host_paths_resolve_inside_the_data_root_only(start_server, tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    (root / "qa.jsonl").write_text(json.dumps({"id": "q1", "question": "Who wrote Nemo?",
+                                               "answer": "Verne"}) + "\n")
+    (root / "passages.jsonl").write_text(json.dumps({"id": "p1", "title": "Nemo",
+                                                     "text": "Nemo was written by Verne."}) + "\n")
+    (root / "escape.jsonl").symlink_to("/etc/passwd")
+    allowed = ["questions", "corpus"]
+    closed = start_server(allowed_kwargs=allowed)  # allowed, but no data root: still refused
+    answer = httpx.post(f"{closed.url}/sessions", trust_env=False, json={
+        "env_id": SEARCH, "kwargs": {"questions": "qa.jsonl", "corpus": "passages.jsonl"}})
+    assert answer.status_code == 403 and "--data-root" in answer.json()["detail"]
+
+    server = start_server(allowed_kwargs=allowed, extra_args=["--data-root", str(root)])
+    for path in ("/etc/passwd", "../data/../../etc/passwd", "escape.jsonl", "qa.jsonl\x00",
+                 str(root / "qa.jsonl")):  # absolute even when inside
+        answer = httpx.post(f"{server.url}/sessions", trust_env=False, json={
+            "env_id": SEARCH, "kwargs": {"questions": path, "corpus": "passages.jsonl"}})
+        assert answer.status_code == 403, (path, answer.text)
+        assert answer.json()["kwarg"] == "questions" and "data root" in answer.json()["detail"]
+    env = RemoteEnv(server.url, SEARCH, {"questions": "qa.jsonl", "corpus": "passages.jsonl"})
+    try:
+        observation, info = env.reset(seed=0)
+        assert "Who wrote Nemo?" in observation
+    finally:
+        env.close()
+    assert sessions(server) == 0
