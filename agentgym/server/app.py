@@ -76,6 +76,9 @@ class ServerConfig:
         max_sessions: sessions open at once; one more answers 503 ``too_many_sessions``.
         idle_timeout_s: seconds without a call after which a session is closed.
         max_body_bytes: largest request body; a larger one answers 413 ``body_too_large``.
+        step_timeout_s: the longest a reset or step may run; past it the answer is 504
+            ``step_timeout`` and the session is closed (the env's own limits, such as ToolUse's
+            per-call timeout, are meant to end calls well before).
         env_allowlist: env ids (or entry points) sessions may name; ``None`` allows every
             registered id. Others answer 403 ``env_not_allowed``.
         allow_entry_points: accept ``"module:factory"`` env ids (runs code the client names).
@@ -92,6 +95,7 @@ class ServerConfig:
     max_sessions: int = 4096
     idle_timeout_s: float = 600.0
     max_body_bytes: int = 1 << 20
+    step_timeout_s: float = 600.0
     env_allowlist: frozenset[str] | None = None
     allow_entry_points: bool = False
     allowed_kwargs: frozenset[str] | None = frozenset()
@@ -99,10 +103,11 @@ class ServerConfig:
     token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1 or not self.idle_timeout_s > 0 or self.max_body_bytes < 1:
+        if self.max_sessions < 1 or not self.idle_timeout_s > 0 or self.max_body_bytes < 1 \
+                or not self.step_timeout_s > 0:
             raise ValueError(f"max_sessions and max_body_bytes must be >= 1 and idle_timeout_s "
-                             f"> 0, got {self.max_sessions}, {self.max_body_bytes}, "
-                             f"{self.idle_timeout_s}")
+                             f"and step_timeout_s > 0, got {self.max_sessions}, "
+                             f"{self.max_body_bytes}, {self.idle_timeout_s}, {self.step_timeout_s}")
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -114,7 +119,8 @@ class _Api:
 
     def __init__(self, config: ServerConfig):
         self.config = config
-        self.store = SessionStore(config.max_sessions, config.idle_timeout_s)
+        self.store = SessionStore(config.max_sessions, config.idle_timeout_s,
+                                  config.step_timeout_s)
         self.started = time.monotonic()
 
     async def health(self, request: Request) -> Response:

@@ -63,6 +63,7 @@ STATUS: dict[str, int] = {
     "make_failed": 500,          # make raised something other than TypeError/ValueError
     "internal_error": 500,       # a bug in the server
     "too_many_sessions": 503,    # max_sessions reached
+    "step_timeout": 504,         # reset/step ran past the server's deadline; the session is closed
 }
 
 
@@ -138,7 +139,8 @@ class RemoteEnvError(EnvServerHTTPError, RuntimeError):
         return str(self.payload.get("exception_type", ""))
 
 
-_REMOTE_ENV_CODES = frozenset({"env_error", "make_failed", "session_broken", "internal_error"})
+_REMOTE_ENV_CODES = frozenset({"env_error", "make_failed", "session_broken", "internal_error",
+                               "step_timeout"})
 
 
 def error_from_response(url: str, status: int, payload: Any, text: str) -> EnvServerHTTPError:

@@ -1,7 +1,7 @@
 """Command line of the env server, shared by ``agentgym serve`` and ``python -m agentgym.server``.
 
     python -m agentgym.server [--host 127.0.0.1] [--port 8000 | --uds PATH]
-        [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576]
+        [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576] [--step-timeout 600]
         [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
         [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH] [--log-level warning]
 
@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds after which an idle session is closed (default %(default)s)")
     parser.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="B",
                         help="largest request body (default %(default)s)")
+    parser.add_argument("--step-timeout", type=float, default=600.0, metavar="S",
+                        help="longest reset or step; past it the session is closed "
+                             "(default %(default)s)")
     parser.add_argument("--allow-env", action="append", default=None, metavar="ID",
                         help="host only these env ids (repeatable; default: every registered id)")
     parser.add_argument("--allow-entry-points", action="store_true",
@@ -58,11 +61,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         ServerConfig(max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
-                     max_body_bytes=args.max_body_bytes)
+                     max_body_bytes=args.max_body_bytes, step_timeout_s=args.step_timeout)
     except ValueError as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
     serve(args.host, args.port, uds=args.uds, max_sessions=args.max_sessions,
           idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
+          step_timeout_s=args.step_timeout,
           env_allowlist=args.allow_env, allow_entry_points=args.allow_entry_points,
           allowed_kwargs=None if args.trust_client_kwargs else args.allow_kwarg,
           data_root=args.data_root, token=args.token, ready_file=args.ready_file, log_level=args.log_level)

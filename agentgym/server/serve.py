@@ -59,6 +59,7 @@ def serve(
     max_sessions: int = 4096,
     idle_timeout_s: float = 600.0,
     max_body_bytes: int = 1 << 20,
+    step_timeout_s: float = 600.0,
     env_allowlist: Iterable[str] | None = None,
     allow_entry_points: bool = False,
     allowed_kwargs: Iterable[str] | None = (),
@@ -74,8 +75,9 @@ def serve(
         uds: serve on this Unix domain socket instead of TCP (``host``/``port`` are ignored);
             a stale socket file there is replaced. Useful where the server runs without network
             (a bubblewrap sandbox with ``--unshare-net``) and a directory is shared.
-        max_sessions, idle_timeout_s, max_body_bytes, env_allowlist, allow_entry_points,
-            allowed_kwargs, data_root: see :class:`~agentgym.server.app.ServerConfig`.
+        max_sessions, idle_timeout_s, max_body_bytes, step_timeout_s, env_allowlist,
+            allow_entry_points, allowed_kwargs, data_root: see
+            :class:`~agentgym.server.app.ServerConfig`.
         token: the bearer token requests must carry; default ``$AGENTGYM_SERVER_TOKEN``. A TCP
             address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
@@ -83,6 +85,7 @@ def serve(
     """
     config = ServerConfig(
         max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, max_body_bytes=max_body_bytes,
+        step_timeout_s=step_timeout_s,
         env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
         allow_entry_points=allow_entry_points,
         allowed_kwargs=None if allowed_kwargs is None else frozenset(allowed_kwargs),

@@ -50,9 +50,13 @@ CLOSE_WAIT_S = 10.0
 
 class Session:
     """One env and the lock that serializes the calls to it; ``on_env_closed`` is called once,
-    when the env has been closed."""
+    when the env has been closed. A reset or step that runs past ``deadline_s`` is answered
+    ``step_timeout`` and breaks the session (its env is closed once the call returns); an env
+    that steps inline on the event loop cannot be cut short."""
 
-    def __init__(self, env_id: str, kind: Kind, env: Any, on_env_closed: Callable[[], None]):
+    def __init__(self, env_id: str, kind: Kind, env: Any, on_env_closed: Callable[[], None],
+                 deadline_s: float | None = None):
+        self.deadline_s = deadline_s
         self.id = uuid.uuid4().hex
         self._worker: ThreadPoolExecutor | None = None
         self.env_id = env_id
@@ -70,6 +74,7 @@ class Session:
         self.pending = 0  # calls waiting for or holding the lock; the reaper spares busy sessions
         self._on_env_closed = on_env_closed
         self._lock = asyncio.Lock()
+        self._closing: asyncio.Task[None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -102,7 +107,15 @@ class Session:
             async with self._lock:
                 self._check_usable()
                 try:
-                    return await self._invoke(method, *args, **kwargs)
+                    async with asyncio.timeout(None if self.inline else self.deadline_s):
+                        return await self._invoke(method, *args, **kwargs)
+                except TimeoutError:
+                    self.broken = f"{method} ran past the server's deadline of {self.deadline_s:g} s"
+                    log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
+                    # its worker is still in the call: close the env after it, without waiting
+                    self._closing = asyncio.get_running_loop().create_task(self._close_env())
+                    raise ApiError("step_timeout", f"{self.env_id}: {self.broken}; the session "
+                                   "is closed") from None
                 except gym.error.ResetNeeded as exc:
                     raise ApiError("reset_needed", str(exc)) from None
                 except Exception as exc:
@@ -163,12 +176,14 @@ class Session:
 
 
 class SessionStore:
-    """The sessions of one server, within ``max_sessions``, closed when idle ``idle_timeout_s``.
+    """The sessions of one server, within ``max_sessions``, closed when idle ``idle_timeout_s``;
+    each call of theirs gets ``deadline_s`` (see :class:`Session`).
 
     ``closed_envs`` counts the envs closed so far (deleted, reaped, broken, or at shutdown).
     """
 
-    def __init__(self, max_sessions: int, idle_timeout_s: float):
+    def __init__(self, max_sessions: int, idle_timeout_s: float, deadline_s: float | None = None):
+        self.deadline_s = deadline_s
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
         self.sessions: dict[str, Session] = {}
@@ -191,7 +206,7 @@ class SessionStore:
             env, kind = await asyncio.to_thread(make)
         finally:
             self._creating -= 1
-        session = Session(env_id, kind, env, self._count_close)
+        session = Session(env_id, kind, env, self._count_close, self.deadline_s)
         self.sessions[session.id] = session
         return session
 

@@ -16,11 +16,11 @@ import subprocess
 import sys
 import httpx
 import pytest
-from test_server import start_server  # noqa: F401  (fixture)
+from test_server import FIXTURE_ENV, start_server  # noqa: F401  (fixture)
 
 from agentgym.server.auth import TOKEN_ENV, is_loopback
 from agentgym.server.client import RemoteEnv
-from agentgym.server.errors import RequestRejected
+from agentgym.server.errors import RemoteEnvError, RequestRejected
 from agentgym.server.launch import ServerProcess
 
 SOKOBAN, TOOLUSE, SEARCH = "agentgym/Sokoban-v0", "agentgym/ToolUse-v0", "agentgym/SearchQA-v0"
@@ -163,4 +163,23 @@ def test_client_host_paths_resolve_inside_the_data_root_only(start_server, tmp_p
         assert "Who wrote Nemo?" in observation
     finally:
         env.close()
+    assert sessions(server) == 0
+
+
+def test_a_step_past_the_deadline_ends_its_session_only(start_server):
+    server = start_server(allow_entry_points=True, extra_args=["--step-timeout", "1"],
+                          env=FIXTURE_ENV)
+    slow, other = (RemoteEnv(server.url, "probe_env:ThreadedProbeEnv") for _ in range(2))
+    try:
+        slow.reset(seed=0)
+        other.reset(seed=0)
+        with pytest.raises(RemoteEnvError, match="504 step_timeout.*deadline of 1 s") as info:
+            slow.step("sleep:30")
+        assert info.value.status == 504
+        assert other.step("hi")[0] == "echo hi"  # the other session never waited
+        with pytest.raises(RemoteEnvError, match="session_broken"):
+            slow.step("hi")
+    finally:
+        slow.close()
+        other.close()
     assert sessions(server) == 0
