@@ -19,8 +19,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Episode", "EpisodeFileError", "Turn", "TurnTable", "load_episodes", "save_episodes",
-           "to_dataset"]
+__all__ = ["Episode", "EpisodeFileError", "Turn", "TurnTable", "episode_json", "load_episodes",
+           "save_episodes", "to_dataset"]
 
 
 @dataclass
@@ -100,6 +100,18 @@ class EpisodeFileError(ValueError):
     """A line of an episodes JSONL file is not a valid episode."""
 
 
+def episode_json(episode: Episode) -> str:
+    """The JSONL line of ``episode`` (no newline): non-ASCII text as it is, unless the episode
+    holds a lone surrogate (an agent may write one), which UTF-8 cannot encode: then every
+    non-ASCII character is ``\\u``-escaped, which :func:`iter_episodes` reads back exactly."""
+    text = json.dumps(episode.to_dict(), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(episode.to_dict())
+    return text
+
+
 def save_episodes(path: str | os.PathLike[str], episodes: Iterable[Episode], *,
                   append: bool = False, fsync: bool = False) -> None:
     """Write episodes as JSONL, one episode per line (``append`` adds to an existing file).
@@ -109,7 +121,7 @@ def save_episodes(path: str | os.PathLike[str], episodes: Iterable[Episode], *,
     """
     with open(path, "a" if append else "w", encoding="utf-8") as fh:
         for episode in episodes:
-            fh.write(json.dumps(episode.to_dict(), ensure_ascii=False) + "\n")
+            fh.write(episode_json(episode) + "\n")
             if fsync:
                 fh.flush()
                 os.fsync(fh.fileno())

@@ -453,8 +453,9 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     parts.append(_transcript_section(episodes, entries))
     title = f"agentgym report: {loaded.suite}"
     out.parent.mkdir(parents=True, exist_ok=True)
+    # (an agent's lone surrogate shows as \udXXX rather than stopping the report)
     out.write_text(_page(title, f"<h1>{html.escape(title)}</h1>" + "".join(parts), _VIEWER_JS),
-                   encoding="utf-8")
+                   encoding="utf-8", errors="backslashreplace")
     return out
 
 

@@ -32,7 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from agentgym.episode import Episode
+from agentgym.episode import Episode, episode_json
 
 __all__ = ["RESULT_NEUTRAL_KEYS", "RunConfigMismatch", "RunDirError", "RunStore", "config_diff",
            "entry_of", "read_episodes", "unit_key"]
@@ -197,7 +197,7 @@ class RunStore:
         """Append one unit's episodes with one write and fsync. Errored units are stored too (the
         summary counts them); the next :meth:`open` drops them to run again."""
         episodes = list(episodes)
-        data = "".join(json.dumps(e.to_dict(), ensure_ascii=False) + "\n" for e in episodes)
+        data = "".join(episode_json(e) + "\n" for e in episodes)
         with open(self.episodes_path, "a", encoding="utf-8") as fh:
             fh.write(data)
             fh.flush()

@@ -15,6 +15,8 @@ followed by 100,000 ``[``, a 20 MB command.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import math
 from typing import Any, Iterator
@@ -143,3 +145,36 @@ def test_any_action_is_answered(env):
         check_step(env, action)
 
     property()
+
+
+_CASES = [SURROGATE + "x", *TOOLUSE_BREAKS, *HOSTILE]
+_turns = itertools.count()
+
+
+def hostile_act(observation: str, info: dict[str, Any]) -> str:
+    """A scripted agent that sends the named hostile actions, one per turn, in turn."""
+    return _CASES[next(_turns) % len(_CASES)]
+
+
+@pytest.mark.parametrize("sandbox", ["none", "local"])
+def test_through_eval_hostile_episodes_are_agent_failures(sandbox, tmp_path):
+    """The eval harness counts them as the agent's failures (no infrastructure error, in the
+    success rate) and stores and reports them (a lone surrogate in an action stopped the run)."""
+    from agentgym.episode import load_episodes
+    from agentgym.harness.eval import compose_eval_config, run_eval
+    from agentgym.sandbox.local import bwrap_usable
+
+    if sandbox == "local" and (problem := bwrap_usable()) is not None:
+        unavailable(problem)
+    cfg = compose_eval_config([
+        f"out_dir={tmp_path / 'run'}", "progress=false", f"report={sandbox == 'none'}",
+        "env=agentgym/ToolUse-v0", "episodes=4", "max_turns=6", "workers=2",
+        f"sandbox={sandbox}", "policy=scripted", "policy.act=test_hostile_actions:hostile_act",
+        "policy.action_tag=null"])
+    _, summary = asyncio.run(run_eval(cfg))
+    episodes = load_episodes(tmp_path / "run" / "episodes.jsonl")
+    assert summary["errors"] == 0 and len(episodes) == 4, summary
+    assert all(e.error is None and not e.success and len(e.turns) == 6 for e in episodes)
+    assert any("\ud800" in t.action for e in episodes for t in e.turns)  # stored exactly
+    if sandbox == "none":
+        assert "\\ud800" in (tmp_path / "run" / "report.html").read_text()
