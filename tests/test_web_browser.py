@@ -203,6 +203,18 @@ def test_a_browser_crash_ends_the_episode_and_the_next_one_gets_a_fresh_browser(
     assert info["url"] == "/help"
 
 
+def test_a_browser_that_stops_answering_at_reset_is_a_reset_answer(env, monkeypatch):
+    """(It was a step's five values, which the env server could not send: a 500.)"""
+    from agentgym.envs.web import browser as browser_module
+
+    monkeypatch.setattr(browser_module, "STEP_TIMEOUT_S", 0.001)  # failure injection
+    obs, info = env.reset(seed=0)
+    assert info["error"].startswith("the browser") and obs.startswith("Error:")
+    monkeypatch.undo()
+    obs, info = env.reset(seed=0)
+    assert "Search products" in obs and "error" not in info
+
+
 def test_a_screenshot_on_request():
     env = ShopBrowserEnv(screenshot=True)
     try:

@@ -59,10 +59,11 @@ class SandboxLimits:
 
 
 def limits_for(source: EnvManifest | Resources, **overrides: Any) -> SandboxLimits:
-    """The limits for an env: its manifest's :class:`Resources` (``memory_mb``, ``pids``,
-    ``cpus``, ``network``, ``nested_sandboxes``), then ``overrides`` (any
-    :class:`SandboxLimits` field)."""
+    """The limits for an env: its manifest's :class:`Resources` (``memory_mb``, also the disk
+    quota as for a docker sandbox's ``/tmp``, ``pids``, ``cpus``, ``network``,
+    ``nested_sandboxes``), then ``overrides`` (any :class:`SandboxLimits` field)."""
     res = source.resources if isinstance(source, EnvManifest) else source
     base = SandboxLimits(memory_bytes=res.memory_mb * MIB, pids=res.pids, cpus=res.cpus,
-                         network=res.network, nested=res.nested_sandboxes)
+                         network=res.network, nested=res.nested_sandboxes,
+                         disk_bytes=res.memory_mb * MIB)
     return base.with_(**overrides) if overrides else base

@@ -135,8 +135,10 @@ def _source_dirs() -> set[str]:
     finder holds the map): only they are bound, never the checkout with its ``.git`` and runs."""
     dirs = {str(Path(agentgym.__file__).resolve().parent)}
     for name, module in list(sys.modules.items()):
+        if not name.startswith("__editable__"):  # (a lazy module imports on getattr)
+            continue
         mapping = getattr(module, "MAPPING", None)
-        if name.startswith("__editable__") and isinstance(mapping, dict):
+        if isinstance(mapping, dict):
             dirs |= {str(path) for pkg, path in mapping.items() if pkg.split(".")[0] == "agentgym"}
     return dirs
 
@@ -351,10 +353,23 @@ class LocalSandbox(Sandbox):
         if self.limits.network:
             args.append("--share-net")
         args += _system_binds() + ["--proc", "/proc", "--dev", "/dev"]
+        if self.uid is not None:
+            args += self._user_entries()
         for inside, host in self._mounts.items():
             args += ["--bind", str(host), inside]
         args += _python_binds(self._ro_binds)
         return args + ["--chdir", self.WORKDIR, "--"]
+
+    def _user_entries(self) -> list[str]:
+        """``/etc/passwd`` and ``/etc/group`` with the sandbox's uid as user ``sandbox`` (home
+        :attr:`workdir`): programs that look their user up (D-Bus, ``whoami``) find it."""
+        args = []
+        for name, line in (("passwd", f"sandbox:x:{self.uid}:{self.uid}::{self.WORKDIR}:/bin/sh"),
+                           ("group", f"sandbox:x:{self.uid}:")):
+            path = self.host_dir / name
+            path.write_text(Path(f"/etc/{name}").read_text() + line + "\n")
+            args += ["--ro-bind", str(path), f"/etc/{name}"]
+        return args
 
     def alive(self) -> bool:
         return self._started and not self._closed and self.host_dir.is_dir()

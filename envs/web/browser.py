@@ -228,7 +228,8 @@ class ShopBrowserEnv(ShopEnvBase):
         """Start a task (``options={"task_id": ...}``, else drawn with ``seed``) on the home
         page, in a fresh browser context."""
         self._begin_reset(seed, options)
-        return self._live().run(self._guarded(self._open()), timeout=STEP_TIMEOUT_S + 5)
+        return self._live().run(self._guarded(self._open(), reset=True),
+                                timeout=STEP_TIMEOUT_S + 5)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
@@ -239,7 +240,7 @@ class ShopBrowserEnv(ShopEnvBase):
     async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
                      ) -> tuple[str, dict[str, Any]]:
         self._begin_reset(seed, options)
-        return await self._live().arun(self._guarded(self._open()))
+        return await self._live().arun(self._guarded(self._open(), reset=True))
 
     async def astep(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
@@ -265,9 +266,10 @@ class ShopBrowserEnv(ShopEnvBase):
         gym.Env.reset(self, seed=seed)
         self._start(seed, options)
 
-    async def _guarded(self, coro: Coroutine[Any, Any, T]) -> T:
+    async def _guarded(self, coro: Coroutine[Any, Any, T], *, reset: bool = False) -> T:
         """``coro`` bounded by :data:`STEP_TIMEOUT_S`; a dead browser or a timeout ends the
-        episode with ``info["error"]`` instead of raising."""
+        episode with ``info["error"]`` instead of raising (the answer shaped as ``reset``'s or
+        ``step``'s)."""
         try:
             return await asyncio.wait_for(coro, STEP_TIMEOUT_S)
         except Exception as exc:
@@ -280,8 +282,9 @@ class ShopBrowserEnv(ShopEnvBase):
             cause = "the browser crashed" if not alive else f"the browser stopped answering ({exc!s:.200})"
             self._done = True
             await _quietly(self._close_context())
-            result: Any = (f"Error: {cause}; the episode ends.", 0.0, False, True,
-                           self._info() | {"action_valid": False, "error": cause})
+            info = self._info() | {"action_valid": False, "error": cause}
+            result: Any = ((f"Error: {cause}; the episode ends.", info) if reset else
+                           (f"Error: {cause}; the episode ends.", 0.0, False, True, info))
             return result
 
     # -- episodes ------------------------------------------------------------------------------
