@@ -1,4 +1,4 @@
-"""HouseholdEnv: the ALFWorld-style household text world (envs/textgames/household.py)."""
+"""HouseholdEnv: the ALFWorld-style household text world (agentgym/envs/textgames/household.py)."""
 
 from __future__ import annotations
 

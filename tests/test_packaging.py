@@ -1,5 +1,5 @@
-"""`pip install .` (a real wheel, not the editable checkout) maps envs/, policies/, trainers/
-into the agentgym namespace and ships the Hydra configs and the entry point."""
+"""`pip install .` (a real wheel, not the editable checkout) ships every subpackage, the Hydra
+configs and the entry point."""
 
 from __future__ import annotations
 

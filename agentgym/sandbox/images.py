@@ -21,7 +21,6 @@ must have the same Python minor version (3.11 on both bookworm bases).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -129,26 +128,16 @@ def image_exists(tag: str, *, client: Any = None) -> bool:
     return _image_id(_client(client), tag) is not None
 
 
-# The packages of the agentgym distribution (setup.py maps the last three into the namespace).
-_PACKAGES = ("agentgym", "agentgym.envs", "agentgym.policies", "agentgym.trainers")
-
-
 def source_digest() -> str:
-    """sha256 (hex) of the ``.py`` and ``.yaml`` files of agentgym's packages as this process
-    finds them: what :func:`build_images` bakes into an image (a few ms). The same in a checkout
-    (where ``envs/`` and the others are top-level directories) and in an installed wheel (where
-    they lie inside ``agentgym/``): each file counts once, under its own package."""
+    """sha256 (hex) of the ``.py`` and ``.yaml`` files of the agentgym package as this process
+    finds it: what :func:`build_images` bakes into an image (a few ms). The same in a checkout
+    and in an installed wheel."""
     digest = hashlib.sha256()
-    for name in _PACKAGES:
-        nested = {other.removeprefix(f"{name}.") for other in _PACKAGES if other.startswith(f"{name}.")}
-        spec = importlib.util.find_spec(name)
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            for path in sorted(Path(root).rglob("*")):
-                relative = path.relative_to(root)
-                if (path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts
-                        and relative.parts[0] not in nested):
-                    digest.update(f"{name}/{relative}\0".encode())
-                    digest.update(path.read_bytes())
+    root = Path(agentgym.__file__).resolve().parent
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
+            digest.update(f"{path.relative_to(root)}\0".encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

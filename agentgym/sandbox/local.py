@@ -6,13 +6,20 @@ network namespace) with ``--unshare-all --die-with-parent --new-session --cap-dr
 fresh pid, ipc, uts, cgroup and (without ``limits.network``) network namespaces. The file system
 is the host's, read-only, reduced to ``/usr`` (with the ``/bin``, ``/lib*`` links), ``/etc``
 (minus every entry that is not world-readable, such as ``/etc/shadow``), the Python installation
-and virtual environment that run agentgym, and the agentgym source tree (so an editable install
-works inside); ``/proc`` and ``/dev`` are private. Three per-sandbox host directories are bound
-read-write: ``/sandbox`` (work dir), ``/tmp`` and ``/run/agentgym`` (sockets). They are what the
-calls of one sandbox share; a process's pid and network namespaces are its own, so a server is
-reached through a Unix socket in ``/run/agentgym``, which works across namespaces and from the
-host (:meth:`~agentgym.sandbox.Sandbox.endpoint`). Commands run as the calling user (root in
-CI) with no capabilities.
+and virtual environment that run agentgym, and the agentgym package folder (so an editable
+install works inside); ``/proc`` and ``/dev`` are private. Three per-sandbox host directories
+are bound read-write: ``/sandbox`` (work dir), ``/tmp`` and ``/run/agentgym`` (sockets). They are
+what the calls of one sandbox share; a process's pid and network namespaces are its own, so a
+server is reached through a Unix socket in ``/run/agentgym``, which works across namespaces and
+from the host (:meth:`~agentgym.sandbox.Sandbox.endpoint`).
+
+Who runs the commands: for a root caller (CI, the tooluse image) a uid of the sandbox's own
+(:attr:`LocalSandbox.uid`, named ``sandbox`` in its ``/etc/passwd``), with no capabilities and
+no supplementary groups, so sandboxes cannot signal or read each other or their host even by
+uid; bubblewrap then runs unprivileged, in a user namespace, and nested sandboxes work. Other
+callers: their own uid, in a user namespace. The work dir and ``/tmp`` are tmpfs mounts of
+``limits.disk_bytes`` each where the caller may mount (root), else each file written is limited
+to that size (``RLIMIT_FSIZE``).
 
 When a command returns, its namespace dies with it: nothing it left running survives. Time and
 output limits kill the ``bwrap`` process, which takes the namespace down.
@@ -125,22 +132,11 @@ def _etc_masks() -> tuple[tuple[str, bool], ...]:
 
 
 def _python_paths() -> list[str]:
-    """The Python installation, the virtual environment and agentgym's package folders."""
-    paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix, *_source_dirs()}
+    """The Python installation, the virtual environment and the agentgym package (from an
+    editable install, its folder only: never the checkout with its ``.git`` and runs)."""
+    paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
+             str(Path(agentgym.__file__).resolve().parent)}
     return sorted(paths | {os.path.realpath(p) for p in paths})
-
-
-def _source_dirs() -> set[str]:
-    """agentgym's package folders. An editable install maps them from a checkout (setuptools'
-    finder holds the map): only they are bound, never the checkout with its ``.git`` and runs."""
-    dirs = {str(Path(agentgym.__file__).resolve().parent)}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("__editable__"):  # (a lazy module imports on getattr)
-            continue
-        mapping = getattr(module, "MAPPING", None)
-        if isinstance(mapping, dict):
-            dirs |= {str(path) for pkg, path in mapping.items() if pkg.split(".")[0] == "agentgym"}
-    return dirs
 
 
 #: Sandboxes of a root process run as a uid of their own, drawn from this range (2^30 uids).
