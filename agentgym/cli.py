@@ -25,7 +25,8 @@ import argparse
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import yaml
 from rich.console import Console

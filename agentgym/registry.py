@@ -28,20 +28,21 @@ import difflib
 import importlib
 import inspect
 import warnings
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from importlib.metadata import EntryPoint, entry_points
 from types import ModuleType
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import gymnasium as gym
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "KINDS",
     "EnvManifest",
     "PluginWarning",
     "Resources",
     "UnknownEnvError",
-    "KINDS",
     "list_envs",
     "load_entry_point",
     "load_plugins",

@@ -25,7 +25,7 @@ def measure(env_id: str, seconds: float, kwargs: dict) -> dict[str, float]:
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         t0 = time.perf_counter()
-        obs, info = env.reset(seed=episodes)
+        _, info = env.reset(seed=episodes)
         t1 = time.perf_counter()
         reset_time += t1 - t0
         episodes += 1
@@ -33,7 +33,7 @@ def measure(env_id: str, seconds: float, kwargs: dict) -> dict[str, float]:
         while not done:
             actions = info["admissible_actions"]
             t0 = time.perf_counter()
-            obs, reward, terminated, truncated, info = env.step(actions[rng.integers(len(actions))])
+            _obs, _reward, terminated, truncated, info = env.step(actions[rng.integers(len(actions))])
             step_time += time.perf_counter() - t0
             steps += 1
             done = terminated or truncated

@@ -18,12 +18,13 @@ import json
 import time
 
 import numpy as np
-from agentgym.envs.gui.env import DesktopEnv
-from agentgym.envs.gui.expert import expert_action
-from agentgym.policies.models import load_tokenizer
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
+
+from agentgym.envs.gui.env import DesktopEnv
+from agentgym.envs.gui.expert import expert_action
+from agentgym.policies.models import load_tokenizer
 
 console = Console()
 APPS = {"mousepad": "text", "galculator + mousepad": "calculator", "thunar": "files",

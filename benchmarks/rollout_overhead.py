@@ -17,8 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 import agentgym
-from agentgym.policy import GenerationRequest
 from agentgym.policies.scripted import RandomPolicy
+from agentgym.policy import GenerationRequest
 from agentgym.rollout import collect, default_tasks, request_seed
 
 ENV_ID = "agentgym/Sokoban-v0"

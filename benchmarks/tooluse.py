@@ -19,13 +19,14 @@ import argparse
 import json
 import time
 
-import agentgym
 import numpy as np
-from agentgym.envs.tooluse.env import ToolUseEnv
-from agentgym.envs.tooluse.expert import expert_action
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
+
+import agentgym
+from agentgym.envs.tooluse.env import ToolUseEnv
+from agentgym.envs.tooluse.expert import expert_action
 
 console = Console()
 

@@ -16,13 +16,14 @@ import asyncio
 import time
 
 import numpy as np
+from rich.console import Console
+from rich.progress import track
+from rich.table import Table
+
 from agentgym.envs.web.browser import ShopBrowserEnv
 from agentgym.envs.web.expert import aplay, expert_action
 from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import ShopTextEnv
-from rich.console import Console
-from rich.progress import track
-from rich.table import Table
 
 console = Console()
 

@@ -6,8 +6,17 @@ import numpy as np
 import pytest
 
 from agentgym.episode import Episode, Turn, TurnTable
-from agentgym.trainers.credit import (discounted_returns, gae, gigpo, grpo, igpo, reinforce_pp,
-                                      rloo, spa, spa_rewards)
+from agentgym.trainers.credit import (
+    discounted_returns,
+    gae,
+    gigpo,
+    grpo,
+    igpo,
+    reinforce_pp,
+    rloo,
+    spa,
+    spa_rewards,
+)
 
 
 def make_table(spec, valid=None):
@@ -25,7 +34,7 @@ def shuffled(spec, seed=0):
     """The same episodes in another order, and the permutation of rows it implies."""
     order = np.random.default_rng(seed).permutation(len(spec))
     lengths = [len(turns) for _, turns in spec]
-    starts = np.cumsum([0] + lengths[:-1])
+    starts = np.cumsum([0, *lengths[:-1]])
     rows = np.concatenate([np.arange(starts[i], starts[i] + lengths[i]) for i in order])
     return [spec[i] for i in order], rows
 
@@ -114,7 +123,8 @@ def test_gigpo_hand_computed():
     # std normalization and omega
     adv_std = gigpo(t, gamma=gamma, omega=2.0)
     g1 = np.array([1.0, 0, 0])
-    ep_std = np.repeat(np.concatenate([(g1 - g1.mean()) / (g1.std() + 1e-6), [1 / (1 + 1e-6), -1 / (1 + 1e-6)]]),
+    ep_std = np.repeat(np.concatenate([(g1 - g1.mean()) / (g1.std() + 1e-6),
+                                       [1 / (1 + 1e-6), -1 / (1 + 1e-6)]]),
                        [3, 2, 4, 2, 3])
     step_std = np.zeros(14)
     for rows in ([0, 3, 5], [1, 6, 7], [9, 11, 12]):

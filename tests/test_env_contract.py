@@ -7,11 +7,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import run_python
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.env import UnicodeText, coerce_action, extract_tag, match_action, normalize_action
-from conftest import run_python
 
 ENV_IDS = sorted(i for i, m in agentgym.list_envs().items() if m.plugin == "textgames")
 BAD_ACTIONS = ["", "   ", "x" * 100_000, "\x00\xff\ufffd\x1b[2J", "🦜 ünïcødé 漢字", "<action>up</action>",
@@ -37,7 +37,7 @@ def test_bad_actions_answered_not_raised(env_id):
     env = agentgym.make(env_id)
     obs, info = env.reset(seed=3)
     for action in BAD_ACTIONS:
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, reward, _terminated, _truncated, info = env.step(action)
         assert isinstance(obs, str) and obs and len(obs) < 5_000
         assert info["action_valid"] is False
         assert np.isfinite(reward)

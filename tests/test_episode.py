@@ -7,7 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from agentgym.episode import Episode, EpisodeFileError, Turn, TurnTable, load_episodes, save_episodes, to_dataset
+from agentgym.episode import (
+    Episode,
+    EpisodeFileError,
+    Turn,
+    TurnTable,
+    load_episodes,
+    save_episodes,
+    to_dataset,
+)
 
 
 def _episode(eid: str, group: str, rewards: list[float], keys: list[str | None]) -> Episode:

@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from gymnasium.utils.env_checker import check_env
 import pytest
 from conftest import unavailable
+from gymnasium.utils.env_checker import check_env
 from test_sandbox_docker import base_image, client  # noqa: F401  (fixtures)
 
 import agentgym
@@ -195,7 +195,7 @@ def test_episodes_start_from_a_clean_desktop(env: DesktopEnv) -> None:
     obs, info = env.reset(options={"task_id": "setting-0"})
     assert not path.exists()
     key = env.task.target["key"]
-    for action in ("click(%d)" % node(obs, "menu", "View").id,):
+    for action in (f"click({node(obs, 'menu', 'View').id})",):
         obs, *_ = env.step(action)
     obs, *_ = env.step(f"click({node(obs, 'menu item', 'Line Numbers').id})")
     assert keyfile_value(env.desktop.home, "org/xfce/mousepad/preferences/view", key) == "true"
@@ -265,17 +265,17 @@ def _pids(name: str) -> list[int]:
 
 
 def test_a_crashed_application_is_reported(env: DesktopEnv) -> None:
-    obs, info = env.reset(options={"task_id": "calc_paste-0"})
+    env.reset(options={"task_id": "calc_paste-0"})
     before = set(_pids("galculator"))
     assert before
     for pid in before:
         os.kill(pid, signal.SIGKILL)
-    obs, *_rest, info = env.step("wait()")
+    obs, *_rest = env.step("wait()")
     assert "Not running (closed or crashed): galculator." in obs
     assert "Mousepad" in obs  # the other application is still there
-    obs, reward, terminated, _, info = env.step("done()")
+    obs, reward, terminated, _, _info = env.step("done()")
     assert terminated and reward == 0
-    obs, info = env.reset(options={"task_id": "calc_paste-0"})  # the next episode has both
+    obs, _info = env.reset(options={"task_id": "calc_paste-0"})  # the next episode has both
     assert "Not running" not in obs and "galculator" in obs
 
 
@@ -301,7 +301,7 @@ def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(
     obs, info = env.reset(options={"task_id": "edit_text-0"})
     old = env.desktop
     os.killpg(old._proc.pid, signal.SIGKILL)
-    obs, reward, terminated, truncated, info = env.step("wait()")
+    obs, _reward, terminated, truncated, info = env.step("wait()")
     assert truncated and not terminated and "desktop failed" in info["error"]
     assert obs.startswith("Error:")
     obs, info = env.reset(options={"task_id": "edit_text-0"})
@@ -331,9 +331,9 @@ def test_turns_run_out() -> None:
     env = DesktopEnv(max_turns=2, split="all")
     try:
         env.reset(options={"task_id": "setting-0"})
-        *_rest, truncated, info = env.step("wait()")
+        *_rest, truncated, _info = env.step("wait()")
         assert not truncated
-        obs, reward, terminated, truncated, info = env.step("wait()")
+        obs, _reward, terminated, truncated, _info = env.step("wait()")
         assert truncated and not terminated and "No actions left" in obs
     finally:
         env.close()

@@ -198,7 +198,7 @@ def test_sheet_checkers_want_the_formula_the_value_and_nothing_else(tmp_path: Pa
     assert "holds no formula" in check(task, home).problems[0]
 
     def saved(rows: list, formula: str | None, value: float) -> None:
-        data = write_ods(rows + [[None, value]])
+        data = write_ods([*rows, [None, value]])
         if formula is not None:  # what LibreOffice writes for a formula cell
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
                 content = archive.read("content.xml").replace(
@@ -232,7 +232,7 @@ def test_sheet_checkers_want_the_formula_the_value_and_nothing_else(tmp_path: Pa
     rows[row][1] = edit.target["value"]
     (home / edit.target["path"]).write_bytes(write_ods(rows))
     assert check(edit, home).success
-    (home / edit.target["path"]).write_bytes(write_ods(rows + [["extra", 1]]))
+    (home / edit.target["path"]).write_bytes(write_ods([*rows, ["extra", 1]]))
     assert "should not be" in check(edit, home).problems[-1]
 
 

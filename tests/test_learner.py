@@ -23,7 +23,7 @@ def make_rows(tokenizer, n=4, advantages=None):
         prompt = encode_chat(tokenizer, [{"role": "user", "content": f"Task {i}: pick a door." * (i + 1)}])
         response = tokenizer(f"<action>open door {i % 3}</action>", add_special_tokens=False)["input_ids"]
         adv = 1.0 if advantages is None else advantages[i]
-        rows.append(TrainingRow(prompt, response + [tokenizer.eos_token_id], adv, []))
+        rows.append(TrainingRow(prompt, [*response, tokenizer.eos_token_id], adv, []))
     return rows
 
 

@@ -12,12 +12,14 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from test_vllm_policy import CHATS, MODEL, server  # noqa: F401  (module-scoped fixture)
 
 from agentgym.harness.eval import compose_eval_config
 from agentgym.policies.models import encode_chat, load_tokenizer
@@ -25,7 +27,6 @@ from agentgym.policies.openai import OpenAIPolicy, OpenAIRequestError
 from agentgym.policies.scripted import ScriptedPolicy, first_admissible
 from agentgym.policy import GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, default_tasks
-from test_vllm_policy import CHATS, MODEL, server  # noqa: F401  (module-scoped fixture)
 
 KEY_ENV = "AGENTGYM_TEST_API_KEY"
 KEY = "sk-test-0123456789abcdef-do-not-leak"

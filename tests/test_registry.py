@@ -7,10 +7,10 @@ import sys
 
 import gymnasium as gym
 import pytest
+from conftest import run_python
 
 import agentgym
 from agentgym.registry import PluginWarning, UnknownEnvError, load_plugins
-from conftest import run_python
 
 
 def test_own_envs_registered_through_entry_point():
@@ -67,7 +67,8 @@ def test_plugin_listed_and_made(plugin_path):
         "env = gym.make('sample/Countdown-v0', start=2)\n"
         "obs, _ = env.reset(seed=0)\n"
         "steps = [env.step('tick')[2] for _ in range(2)]\n"
-        "print(json.dumps({'obs': obs, 'done': steps, 'm': agentgym.manifest('sample/Countdown-v0').plugin}))",
+        "plugin = agentgym.manifest('sample/Countdown-v0').plugin\n"
+        "print(json.dumps({'obs': obs, 'done': steps, 'm': plugin}))",
         env=env,
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -8,9 +8,9 @@ import pytest
 
 import agentgym
 from agentgym.episode import Episode
+from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import RequestBatcher, Task, Timeouts, acollect, collect, default_tasks
-from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 
 SOKOBAN = "agentgym/Sokoban-v0"
 

@@ -3,8 +3,9 @@
 ``agentgym sandbox gc``.
 
 Every registered env (but the desktop, see ENVS) plays the same in-process, through
-``sandbox="local"`` (bubblewrap) and through ``sandbox="docker"`` (the text games' image); faults (a killed container, a killed
-server) give clear errors and leave the batch running; nothing outlives a test. The docker cases
+``sandbox="local"`` (bubblewrap) and through ``sandbox="docker"`` (the text games' image);
+faults (a killed container, a killed server) give clear errors and leave the batch running;
+nothing outlives a test. The docker cases
 skip without a daemon, except under CI (``$CI`` set), where that is a failure.
 """
 

@@ -12,15 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
+from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 import agentgym
 from agentgym.envs.search.corpus import read_passages, read_questions, write_jsonl
-from agentgym.envs.search.env import SearchQAEnv
 from agentgym.envs.search.index import MAX_QUERY_CHARS, BM25Index
 from agentgym.envs.search.rewards import exact_match, normalize_answer, word_f1
 from agentgym.envs.search.service import RetrieverClient
 from agentgym.envs.search.world import generate_world
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "search"
 HUGE_QUERY = "lake " * 20_480  # 100 KB
@@ -248,11 +247,11 @@ def test_an_episode_from_question_to_answer(cache, world):
     assert info["task_type"] == "bridge-2hop" and info["supporting_found"] == 0.0
     key0 = info["state_key"]
     for hop_query in question.hop_queries:
-        obs, reward, terminated, truncated, info = env.step(f"<search>{hop_query}</search>")
+        obs, reward, terminated, _truncated, info = env.step(f"<search>{hop_query}</search>")
         assert reward == 0.0 and not terminated and info["action_valid"]
         assert obs.startswith("<information>Doc 1 (Title: ")
     assert info["supporting_found"] == 1.0 and info["state_key"] != key0
-    obs, reward, terminated, truncated, info = env.step(
+    obs, reward, terminated, _truncated, info = env.step(
         f"I know it. <answer>{question.answers[0].upper()}.</answer>")
     assert terminated and reward == 1.0 and info["success"] and info["em"] == info["f1"] == 1.0
     assert len(list(cache.glob("search/world-0-*/index.json"))) == 1  # built once, cached

@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import agentgym
-from agentgym.episode import Episode, Turn, TurnTable
 from agentgym.envs.search.world import generate_world
+from agentgym.episode import Episode, Turn, TurnTable
 from agentgym.policies.models import load_tokenizer, resolve_model
 from agentgym.policies.prompting import Prompter
 from agentgym.trainers.credit import information_gains
@@ -30,7 +30,7 @@ def play(env, question, queries: list[str], answer: str) -> Episode:
     obs, info = env.reset(options={"task_id": question.id})
     turns = []
     for reply in [f"<search>{q}</search>" for q in queries] + [f"<answer>{answer}</answer>"]:
-        next_obs, reward, terminated, truncated, next_info = env.step(reply)
+        next_obs, reward, _terminated, _truncated, next_info = env.step(reply)
         turns.append(Turn(observation=obs, action=reply, action_valid=next_info["action_valid"],
                           reward=reward, response_text=reply,
                           info={"supporting_found": next_info["supporting_found"]}))

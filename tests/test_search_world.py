@@ -8,6 +8,7 @@ from collections import Counter
 from itertools import pairwise
 
 import pytest
+
 from agentgym.envs.search.world import (
     SPLITS,
     Passage,

@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from agentgym.envs.tooluse.app_tasks import (
     DEFAULT_NUM_TASKS,
     MAX_LISTING_CHARS,

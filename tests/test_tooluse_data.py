@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from agentgym.envs.tooluse.data import (
     DATABASE,
     FILES,

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sys
 
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
+
 from agentgym.envs.tooluse.app_tasks import app_tasks
 from agentgym.envs.tooluse.data import data_tasks
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import _printed
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 
 def server(task_id: str) -> StdioServerParameters:

@@ -126,7 +126,7 @@ def test_killed_run_resumes_to_the_same_parameters(tiny_run, tmp_path):
     proc.wait()
     step, _ = final_weights(killed)
     assert step == 1  # killed after step k = 1 (0-based step 0 done), before the end
-    resumed = subprocess.run(args + ["resume=true"], capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run([*args, "resume=true"], capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     (step_a, a), (step_b, b) = final_weights(straight), final_weights(killed)
     assert step_a == step_b == 3

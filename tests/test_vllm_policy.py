@@ -13,8 +13,9 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ClassVar
 
 import pytest
 
@@ -252,7 +253,7 @@ class StubServer:
     completion that echoes the prompt, other codes an error body, None never answers.
     """
 
-    RESPONSE_IDS = [28, 9026, 29, 1015, 2]
+    RESPONSE_IDS: ClassVar[list[int]] = [28, 9026, 29, 1015, 2]
 
     def __init__(self, statuses: list[int | None]):
         self.statuses = statuses
@@ -262,7 +263,7 @@ class StubServer:
 
     async def __aenter__(self) -> StubServer:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.url = "http://127.0.0.1:%d" % self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -408,7 +409,7 @@ async def test_check_fails_for_a_model_not_served(server: VLLMServer, kwargs: di
 async def test_check_fails_fast_when_the_server_is_down() -> None:
     with socket.socket() as sock:  # a port where nothing listens
         sock.bind(("127.0.0.1", 0))
-        url = "http://127.0.0.1:%d" % sock.getsockname()[1]
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     policy = VLLMPolicy(url, MODEL, max_retries=5, backoff=1.0)
     start = time.perf_counter()
     with pytest.raises(PolicyUnavailable) as error:

@@ -8,15 +8,15 @@ import re
 
 import gymnasium as gym
 import pytest
+from gymnasium.utils.env_checker import check_env
+from starlette.testclient import TestClient
+
+import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.web.base import shop_for
 from agentgym.envs.web.expert import expert_action, expert_choice, play
 from agentgym.envs.web.site import create_app
 from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import MAX_QUERY_CHARS, ShopTextEnv
-from gymnasium.utils.env_checker import check_env
-from starlette.testclient import TestClient
-
-import agentgym  # noqa: F401  (registers the envs)
 
 HUGE = "x" * 100_000
 

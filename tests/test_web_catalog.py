@@ -12,6 +12,8 @@ from dataclasses import replace
 from itertools import pairwise
 
 import pytest
+from conftest import run_python
+
 from agentgym.envs.web.catalog import (
     SORTS,
     TYPE_NOUNS,
@@ -31,7 +33,6 @@ from agentgym.envs.web.tasks import (
     task_split,
     tasks,
 )
-from conftest import run_python
 
 DIGEST = """
 import hashlib

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pytest

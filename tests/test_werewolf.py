@@ -12,12 +12,12 @@ import warnings
 from typing import Any
 
 import pytest
+import test_env_contract as contract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
 
 import agentgym
-import test_env_contract as contract
 from agentgym.envs import werewolf
 from agentgym.envs.werewolf.actions import MAX_RESPONSE_CHARS
 from agentgym.envs.werewolf.bots import BotPolicy, decide
@@ -224,7 +224,7 @@ def test_seer_learns_exact_roles_and_cannot_check_twice():
 
 def test_werewolves_see_the_proposal_and_ties_follow_the_seed():
     victims = {}
-    for seed in list(range(8)) + [0]:
+    for seed in [*list(range(8)), 0]:
         game = new_game(seed=seed, debate_turns=0)
         answer(game, {"Player1": "<target>Player5</target>"})  # the lead werewolf of night 1
         answer(game, {})  # the doctor and the seer pass (refused twice: no action)

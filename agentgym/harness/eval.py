@@ -26,7 +26,8 @@ Exit status of :func:`run_eval_cli`: 0 when the run finished, 2 when it could no
 config, an unknown env or suite, an output directory that cannot be written or that holds a run
 of another config, a policy that cannot serve, a sandbox backend that cannot start), 3 when more
 than ``max_infra_errors`` of the episodes ended with an infrastructure error, 130 when
-interrupted (``agentgym eval`` exits 143 when that was SIGTERM). The last line on stdout is a one-line summary.
+interrupted (``agentgym eval`` exits 143 when that was SIGTERM). The last line on stdout is a
+one-line summary.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ import json
 import re
 import shutil
 from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf

@@ -28,9 +28,10 @@ a suite, the top-level ``env`` and those keys form a one-entry suite named after
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -6,7 +6,7 @@ runs only on the last positions (``logits_to_keep``), and the positions that mat
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

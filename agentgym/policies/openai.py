@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import httpx
 

@@ -10,17 +10,18 @@ The chat has the shape that multi-turn agents are trained on::
 
 An action is the content of the last ``<action>...</action>`` in a response (the tag is
 configurable; a family may instead hand the whole response to the env, which then parses its own
-format, as the search family's ``<search>``/``<answer>`` does). With ``bare_actions=True`` a response without the tag that is, as a whole, one of
-the env's admissible actions (compared by :func:`~agentgym.env.match_action`) is accepted too:
-small models often answer "go to bed 1" and nothing else. Any other response has a broken format: the turn is marked invalid and the env
+format, as the search family's ``<search>``/``<answer>`` does). With ``bare_actions=True`` a
+response without the tag that is, as a whole, one of the env's admissible actions (compared by
+:func:`~agentgym.env.match_action`) is accepted too: small models often answer "go to bed 1" and
+nothing else. Any other response has a broken format: the turn is marked invalid and the env
 receives an empty action, which every env answers as invalid, so that the episode clock still
 advances.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from agentgym.env import extract_tag, match_action
 

@@ -25,8 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Callable, Generic, Mapping, Sequence, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 import httpx
 

@@ -390,7 +390,7 @@ class Sandbox(abc.ABC):
     def _open_on_host(self, path: str, flags: int, *, make_parents: bool = False) -> int:
         """Open ``path`` through its host directory without following any symlink (the sandbox
         controls those directories: a symlink there must not lead the host elsewhere)."""
-        for inside, host in self._mounts.items():
+        for inside, host in self._mounts.items():  # noqa: B007 - host is used after the loop
             if path.startswith(inside.rstrip("/") + "/"):
                 parts = path[len(inside.rstrip("/")) + 1:].split("/")
                 break

@@ -34,10 +34,11 @@ import asyncio
 import threading
 import weakref
 from collections import defaultdict
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Mapping, Self
+from typing import Any, Self
 
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
 from agentgym.sandbox.client import parse_endpoint

@@ -348,13 +348,13 @@ class LocalSandbox(Sandbox):
                 "--hostname", "sandbox"]
         if self.limits.network:
             args.append("--share-net")
-        args += _system_binds() + ["--proc", "/proc", "--dev", "/dev"]
+        args += [*_system_binds(), "--proc", "/proc", "--dev", "/dev"]
         if self.uid is not None:
             args += self._user_entries()
         for inside, host in self._mounts.items():
             args += ["--bind", str(host), inside]
         args += _python_binds(self._ro_binds)
-        return args + ["--chdir", self.WORKDIR, "--"]
+        return [*args, "--chdir", self.WORKDIR, "--"]
 
     def _user_entries(self) -> list[str]:
         """``/etc/passwd`` and ``/etc/group`` with the sandbox's uid as user ``sandbox`` (home

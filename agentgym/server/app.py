@@ -37,9 +37,10 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -49,6 +50,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentgym._version import __version__
+from agentgym.server.auth import BearerAuth
 from agentgym.server.bodies import (
     optional_object,
     optional_seed,
@@ -56,7 +58,6 @@ from agentgym.server.bodies import (
     required_object,
     required_str,
 )
-from agentgym.server.auth import BearerAuth
 from agentgym.server.envs import KINDS, check_client_kwargs, hostable_envs, make_env
 from agentgym.server.errors import ApiError
 from agentgym.server.jsonsafe import dumps

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 __all__ = ["TOKEN_ENV", "BearerAuth", "auth_headers", "is_loopback", "server_token"]
 

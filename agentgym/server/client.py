@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from typing import Any, Callable, ClassVar, Mapping, Self
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self
 
 import httpx
 from gymnasium import spaces

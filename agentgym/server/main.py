@@ -12,7 +12,7 @@ imports); both take the same options.
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["add_arguments", "main", "run"]
 

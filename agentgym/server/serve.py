@@ -21,8 +21,9 @@ import os
 import socket
 import stat
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import uvicorn
 

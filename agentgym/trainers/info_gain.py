@@ -17,7 +17,8 @@ on the last positions. :func:`naive_answer_scores` is the one-sequence-at-a-time
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -20,9 +20,10 @@ from __future__ import annotations
 import copy
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

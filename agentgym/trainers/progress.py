@@ -12,8 +12,9 @@ the head costs milliseconds. The contributions become dense rewards through
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -19,7 +19,8 @@ import asyncio
 import itertools
 import json
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from conftest import unavailable

@@ -21,7 +21,6 @@ import json
 import re
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +84,7 @@ def sessions(backend: str) -> Iterator[tuple[Any, Any]]:
 def call(env: Any, tool: str, **arguments: Any) -> str:
     """The tool's answer; the step must be an ordinary one (no infrastructure error)."""
     action = f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
-    obs, reward, terminated, truncated, info = env.step(action)
+    obs, _reward, terminated, truncated, info = env.step(action)
     assert "error" not in info and not terminated and not truncated, (obs, info)
     assert info["action_valid"], obs
     return obs

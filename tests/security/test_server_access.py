@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+
 import httpx
 import pytest
 from test_server import FIXTURE_ENV, start_server  # noqa: F401  (fixture)
@@ -129,7 +130,7 @@ def test_hung_up_clients_are_one_log_line_and_sigterm_exits_143():
 def test_kwargs_nested_as_deep_as_json_allows_are_answered(start_server):
     server = start_server()
     for depth in (500, 900, 5000):  # under and over what the JSON parser takes
-        body = '{"env_id": "%s", "kwargs": {"dim_room": %s13%s}}' % (SOKOBAN, "[" * depth,
+        body = '{{"env_id": "{}", "kwargs": {{"dim_room": {}13{}}}}}'.format(SOKOBAN, "[" * depth,
                                                                      "]" * depth)
         answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
         assert answer.status_code in (400, 403), answer.text  # never a 500
@@ -159,7 +160,7 @@ def test_client_host_paths_resolve_inside_the_data_root_only(start_server, tmp_p
         assert answer.json()["kwarg"] == "questions" and "data root" in answer.json()["detail"]
     env = RemoteEnv(server.url, SEARCH, {"questions": "qa.jsonl", "corpus": "passages.jsonl"})
     try:
-        observation, info = env.reset(seed=0)
+        observation, _info = env.reset(seed=0)
         assert "Who wrote Nemo?" in observation
     finally:
         env.close()

@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DESKTOP_UID", "Desktop", "DesktopError", "SYSTEM_PYTHON", "desktop_available"]
+__all__ = ["DESKTOP_UID", "SYSTEM_PYTHON", "Desktop", "DesktopError", "desktop_available"]
 
 #: The Python that has ``gi`` with Atspi and Gdk (Debian's python3-gi, gir1.2-atspi-2.0,
 #: gir1.2-gtk-3.0); the driver runs under it.

@@ -23,19 +23,18 @@ replaced at the next reset.
 from __future__ import annotations
 
 import hashlib
-import re
 import itertools
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from agentgym.env import TextEnv, coerce_action, pick_task
 from agentgym.envs.gui.actions import ActionError, parse_action, xdotool_commands
 from agentgym.envs.gui.desktop import Desktop, DesktopError
 from agentgym.envs.gui.observation import data_uri, render_tree, set_of_marks
 from agentgym.envs.gui.tasks import KEYFILE, KINDS, GuiTask, check, gui_tasks
-
-from agentgym.env import TextEnv, coerce_action, pick_task
 
 __all__ = ["APPS", "DesktopEnv"]
 

@@ -11,7 +11,8 @@
 - :mod:`~agentgym.envs.search.env`: ``agentgym/SearchQA-v0``.
 """
 
-from agentgym.registry import EnvManifest, register as _register
+from agentgym.registry import EnvManifest
+from agentgym.registry import register as _register
 
 
 def register() -> None:

@@ -1,7 +1,8 @@
 """Fast pure-Python text games: Sokoban, a household world in the spirit of ALFWorld, and
 guess-the-number."""
 
-from agentgym.registry import EnvManifest, register as _register
+from agentgym.registry import EnvManifest
+from agentgym.registry import register as _register
 
 
 def register() -> None:

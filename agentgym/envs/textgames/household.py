@@ -28,9 +28,10 @@ import math
 import random
 import re
 from collections import Counter, deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 from agentgym.env import TextEnv, coerce_action, normalize_action
 

@@ -18,9 +18,10 @@ import math
 import random
 import re
 from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from numbers import Integral
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, ClassVar
 
 from agentgym.env import TextEnv, coerce_action, match_action
 

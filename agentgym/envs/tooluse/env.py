@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agentgym.env import TextEnv, coerce_action, pick_task
 from agentgym.envs.tooluse.protocol import (
     Answer,
     ToolCallError,
@@ -43,8 +44,6 @@ from agentgym.envs.tooluse.tools import (
     Toolbox,
     app_tools,
 )
-
-from agentgym.env import TextEnv, coerce_action, pick_task
 from agentgym.sandbox import LocalSandbox, Sandbox, SandboxError, SandboxLimits
 
 __all__ = ["ToolUseEnv"]

@@ -20,9 +20,10 @@ from typing import Any
 
 import anyio
 import mcp_types as types
-from agentgym.envs.tooluse.env import ToolUseEnv
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+
+from agentgym.envs.tooluse.env import ToolUseEnv
 
 __all__ = ["ANSWER", "create_server", "main"]
 

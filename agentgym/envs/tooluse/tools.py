@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentgym.envs.tooluse.protocol import Tool, ToolCall, format_output
-
 from agentgym.sandbox import Sandbox, SandboxError
 
 __all__ = ["APP_STATE", "MAX_OUTPUT_CHARS", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox",

@@ -19,11 +19,10 @@ import functools
 import secrets
 from typing import Any, ClassVar
 
+from agentgym.env import TextEnv, pick_task
 from agentgym.envs.web.catalog import catalog
 from agentgym.envs.web.site.shop import Shop
 from agentgym.envs.web.tasks import SPLITS, Goal, Score, grade, tasks
-
-from agentgym.env import TextEnv, pick_task
 
 __all__ = ["ShopEnvBase", "shop_for"]
 

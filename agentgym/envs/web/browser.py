@@ -48,9 +48,9 @@ from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import gymnasium as gym
-from agentgym.envs.web.base import ShopEnvBase, shop_for
 
 from agentgym.env import coerce_action
+from agentgym.envs.web.base import ShopEnvBase, shop_for
 
 __all__ = ["ACTION_TIMEOUT_MS", "MAX_FILL_CHARS", "BrowserHost", "ShopBrowserEnv", "chromium_path"]
 
@@ -169,6 +169,7 @@ class BrowserHost:
     async def _serving(self, catalog_seed: int) -> str:
         if catalog_seed not in self._sites:
             import uvicorn
+
             from agentgym.envs.web.site.app import create_app
 
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -313,7 +314,7 @@ class ShopBrowserEnv(ShopEnvBase):
 
     def _on_dialog(self, dialog: Any) -> None:
         self._notes.append(f"A {dialog.type} dialog said: {dialog.message!r} (accepted).")
-        asyncio.ensure_future(_quietly(dialog.accept()))
+        asyncio.ensure_future(_quietly(dialog.accept()))  # noqa: RUF006 - the page holds the dialog
 
     def _on_request(self, request: Any) -> None:
         if request.is_navigation_request() and not request.url.startswith(self._site + "/"):

@@ -24,9 +24,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
 import lxml.html
-from agentgym.envs.web.base import ShopEnvBase
 
 from agentgym.env import coerce_action, normalize_action
+from agentgym.envs.web.base import ShopEnvBase
 
 __all__ = ["MAX_QUERY_CHARS", "ShopTextEnv", "TextPage"]
 
@@ -37,7 +37,10 @@ MAX_QUERY_CHARS = 200
 _NOT_TYPABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 _ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*|\s*(stop)\s*(?:\[\s*\])?\s*",
                      re.IGNORECASE | re.DOTALL)
-_BLOCKS = frozenset(["address", "article", "aside", "dd", "div", "dl", "dt", "fieldset", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p", "section", "table", "td", "th", "tr", "ul"])
+_BLOCKS = frozenset([
+    "address", "article", "aside", "dd", "div", "dl", "dt", "fieldset", "figure", "footer", "form",
+    "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p",
+    "section", "table", "td", "th", "tr", "ul"])
 _HIDDEN = frozenset(("head", "script", "style", "noscript", "template"))
 _SELECTED = " (selected)"
 _SITE = "http://shop.local"  # resolves the page's relative links; the shop's pages are all relative

@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from agentgym._version import __version__
-from agentgym.registry import EnvManifest, register as _register, register_multiagent
+from agentgym.registry import EnvManifest, register_multiagent
+from agentgym.registry import register as _register
 
 if TYPE_CHECKING:
     from agentgym.envs.werewolf.aec import WerewolfAECEnv

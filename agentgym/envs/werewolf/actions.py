@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from agentgym.env import extract_tag, normalize_action
 
-__all__ = ["ABSTAIN", "InvalidAnswer", "MAX_RESPONSE_CHARS", "Question", "TAGS", "parse_answer"]
+__all__ = ["ABSTAIN", "MAX_RESPONSE_CHARS", "TAGS", "InvalidAnswer", "Question", "parse_answer"]
 
 #: Longest answer read, in characters; longer ones are refused unread.
 MAX_RESPONSE_CHARS = 8192

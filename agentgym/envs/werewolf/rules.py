@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-__all__ = ["DOCTOR", "PRESETS", "ROLES", "Rules", "SEER", "VILLAGER", "WEREWOLF", "team_of"]
+__all__ = ["DOCTOR", "PRESETS", "ROLES", "SEER", "VILLAGER", "WEREWOLF", "Rules", "team_of"]
 
 WEREWOLF, SEER, DOCTOR, VILLAGER = "werewolf", "seer", "doctor", "villager"
 ROLES = (WEREWOLF, SEER, DOCTOR, VILLAGER)

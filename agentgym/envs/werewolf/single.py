@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from agentgym.env import TextEnv, UnicodeText, coerce_action
 from agentgym.envs.werewolf.actions import MAX_RESPONSE_CHARS

@@ -11,11 +11,12 @@ from __future__ import annotations
 import argparse
 import secrets
 
-from agentgym.envs.web.site.shop import Shop
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
+
+from agentgym.envs.web.site.shop import Shop
 
 __all__ = ["create_app", "main"]
 
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--catalog-seed", type=int, default=0)
     args = parser.parse_args(argv)
     from agentgym.envs.web.catalog import catalog
-
     from agentgym.server.serve import serve_app
 
     serve_app(create_app(Shop(catalog(args.catalog_seed))), args.host, args.port, log_level="info")

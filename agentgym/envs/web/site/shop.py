@@ -7,9 +7,10 @@ see the same pages and the same purchases.
 
 A visitor is a session id ``sid`` (the ``sid`` cookie). Carts, orders and one-shot messages
 ("Added ... to your cart") live here, per sid, until :meth:`Shop.forget`. All pages are plain
-HTML forms and links, with the style and script (``static/``) inlined; JavaScript only adds what shops add: a live stock
-line on the product page, "recently viewed" in localStorage, a confirm dialog before removing a
-cart line. Every request that changes state is a POST answered with a redirect (303).
+HTML forms and links, with the style and script (``static/``) inlined; JavaScript only adds
+what shops add: a live stock line on the product page, "recently viewed" in localStorage, a
+confirm dialog before removing a cart line. Every request that changes state is a POST answered
+with a redirect (303).
 
 Pages: ``/`` (departments), ``/search`` (``q``, ``category``, ``min_price``, ``max_price``,
 ``sort``, ``page``), ``/product/<id>``, ``POST /cart/add``, ``/cart``, ``POST /cart/remove``,
@@ -31,6 +32,7 @@ from urllib.parse import urlencode
 
 import jinja2
 import markupsafe
+
 from agentgym.envs.web.catalog import Catalog, Product
 
 __all__ = ["SHIPPING", "SOCIAL_URL", "Line", "Order", "Page", "Shop"]
