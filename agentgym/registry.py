@@ -96,6 +96,9 @@ class EnvManifest:
     """agentgym extras the env needs installed, e.g. ``("web",)``."""
     image: str | None = None
     """Container image that serves the env; ``None`` means the base image."""
+    system_packages: tuple[str, ...] = ()
+    """Debian packages the env needs besides Python (its family's image installs them; on a
+    host, install them yourself: ``agentgym.sandbox.family_packages(family)`` lists them)."""
     resources: Resources = field(default_factory=Resources)
     client_kwargs: Mapping[str, float | None] = field(default_factory=dict)
     """The constructor kwargs that a network client of an env server may set, each with its

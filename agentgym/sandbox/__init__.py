@@ -37,6 +37,7 @@ from agentgym.sandbox.images import (
     OFFLINE_BASE_IMAGE,
     build_base_image,
     build_images,
+    family_packages,
     image_families,
 )
 from agentgym.sandbox.limits import SandboxLimits, limits_for
@@ -65,6 +66,7 @@ __all__ = [
     "build_base_image",
     "build_images",
     "create_sandbox",
+    "family_packages",
     "gc",
     "http_client",
     "image_families",

@@ -39,13 +39,13 @@ from agentgym.sandbox.base import SandboxError, SandboxWarning
 __all__ = [
     "BUILD_LOCK",
     "DEFAULT_BASE_IMAGE",
-    "FAMILY_PACKAGES",
     "IMAGE_EXTRAS",
     "OFFLINE_BASE_IMAGE",
     "build_base_image",
     "build_images",
     "build_wheelhouse",
     "containers_dir",
+    "family_packages",
     "image_exists",
     "image_families",
     "image_matches_source",
@@ -61,18 +61,16 @@ BUILD_LOCK = "docker-images"
 IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 """The extras of agentgym installed in the images that are not env families."""
 
-FAMILY_PACKAGES: dict[str, tuple[str, ...]] = {
-    "web": ("chromium", "fonts-liberation", "libatomic1"),  # libatomic1: Playwright's node
-    "tooluse": ("bubblewrap",),  # each session's tools in a sandbox of its own
-    # the desktop (envs/gui): X server, buses, window manager, xdotool, Debian's Python with
-    # the Atspi and Gdk typelibs for the driver, and the applications
-    "gui": ("xvfb", "openbox", "dbus", "at-spi2-core", "python3-gi", "gir1.2-atspi-2.0",
-            "gir1.2-gtk-3.0", "xdotool", "mousepad", "galculator", "thunar",
-            "libreoffice-calc", "libreoffice-gtk3", "fonts-dejavu-core"),
-}
-"""Debian packages an image needs besides Python. Offline, they go into a base of the image's
-own (``agentgym/base-<name>:bookworm-<digest of the package list>``); on another base the
-Dockerfile installs them."""
+def family_packages(family: str) -> tuple[str, ...]:
+    """The Debian packages a family's image needs besides Python: those its envs' manifests
+    declare (``EnvManifest.system_packages``), in order, once. Offline, they go into a base of
+    the image's own (``agentgym/base-<name>:bookworm-<digest of the package list>``); on another
+    base the Dockerfile installs them."""
+    packages: dict[str, None] = {}
+    for m in agentgym.list_envs().values():
+        if m.family == family:
+            packages |= dict.fromkeys(m.system_packages)
+    return tuple(packages)
 
 
 def containers_dir() -> Path:
@@ -270,7 +268,7 @@ def _build_image(context: Path, family: str, base_image: str, tag: str, source: 
     image = f"agentgym/{family}:{tag}"
     own_extras = _image_extras(family)
     requirement = f"agentgym[{','.join(own_extras)}]" if own_extras else "agentgym"
-    packages = FAMILY_PACKAGES.get(family, ())
+    packages = family_packages(family)
     family_base = base_image
     if base_image == OFFLINE_BASE_IMAGE and packages:
         digest = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:8]

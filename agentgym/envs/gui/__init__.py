@@ -23,6 +23,12 @@ def register() -> None:
                         "through AT-SPI accessibility trees",
             family="gui",
             extras=("gui",),
+            # X server, buses, window manager, xdotool, Debian's Python with the Atspi and Gdk
+            # typelibs for the driver, and the applications
+            system_packages=("xvfb", "openbox", "dbus", "at-spi2-core", "python3-gi",
+                             "gir1.2-atspi-2.0", "gir1.2-gtk-3.0", "xdotool", "mousepad",
+                             "galculator", "thunar", "libreoffice-calc", "libreoffice-gtk3",
+                             "fonts-dejavu-core"),
             client_kwargs={"tasks": None, "split": None, "max_turns": 100, "screenshot": None,
                            "settle_s": 2, "width": 1920, "height": 1200},
         ),

@@ -23,6 +23,7 @@ def register() -> None:
             description="Function calling over sandboxed code, SQL, files and stateful apps",
             family="tooluse",
             extras=("tooluse",),
+            system_packages=("bubblewrap",),  # each session's tools in a sandbox of its own
             # A server hosts many sessions, each with a sandbox of its own for its tools.
             resources=Resources(memory_mb=2048, pids=2048, nested_sandboxes=True),
             # Not isolate: it turns the tools' sandbox off.

@@ -22,6 +22,7 @@ def register() -> None:
             description="Buy what an instruction asks for in a web shop, through Chromium",
             family="web",
             extras=("web",),
+            system_packages=("chromium", "fonts-liberation", "libatomic1"),  # libatomic1: Playwright's node
             # Chromium: a few hundred MiB per browser, and every thread counts as a pid.
             resources=Resources(memory_mb=2048, pids=1024),
             client_kwargs={"split": None, "max_steps": 100, "screenshot": None},
