@@ -37,12 +37,15 @@ from typing import Any
 import gymnasium as gym
 
 __all__ = [
+    "DEFAULT_PROMPT",
     "ENTRY_POINT_GROUP",
     "KINDS",
     "EnvManifest",
+    "FamilyPrompt",
     "PluginWarning",
     "Resources",
     "UnknownEnvError",
+    "family_prompt",
     "list_envs",
     "load_entry_point",
     "load_plugins",
@@ -86,6 +89,29 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class FamilyPrompt:
+    """How agents of one env family are told to act (its envs' manifests carry it)."""
+
+    role: str
+    """The role description that opens the system message."""
+    example: str = "look"
+    """An example action, shown in the answer-format line."""
+    action_tag: str = "action"
+    """The tag actions are written in; ``""``: the whole response is the action, the env parses
+    its own format (explained by ``response_format``)."""
+    response_format: str = ""
+    """The answer-format line for ``action_tag=""`` families."""
+    answer_template: str | None = None
+    """Where a final answer goes in a response (``{}`` marks it; IGPO scores the ground truth
+    there); ``None``: the action format."""
+
+
+#: The prompt of a family whose envs declare none.
+DEFAULT_PROMPT = FamilyPrompt("You are an agent that solves tasks step by step in a text "
+                              "environment.")
+
+
+@dataclass(frozen=True)
 class EnvManifest:
     """Facts about a registered env that are needed before (or without) constructing it."""
 
@@ -96,6 +122,9 @@ class EnvManifest:
     """agentgym extras the env needs installed, e.g. ``("web",)``."""
     image: str | None = None
     """Container image that serves the env; ``None`` means the base image."""
+    prompt: FamilyPrompt | None = None
+    """How agents of the env's family are told to act (:func:`family_prompt`); ``None``: the
+    family's other envs say, else :data:`DEFAULT_PROMPT`."""
     system_packages: tuple[str, ...] = ()
     """Debian packages the env needs besides Python (its family's image installs them; on a
     host, install them yourself: ``agentgym.sandbox.family_packages(family)`` lists them)."""
@@ -242,6 +271,13 @@ def list_envs() -> dict[str, EnvManifest]:
     """Every id registered through agentgym (Gymnasium and multi-agent), sorted, with its
     manifest."""
     return {env_id: _manifests[env_id] for env_id in sorted(_manifests)}
+
+
+def family_prompt(family: str) -> FamilyPrompt:
+    """The prompt of ``family``: the first of its registered envs (by id) that declares one,
+    else :data:`DEFAULT_PROMPT`."""
+    return next((m.prompt for m in list_envs().values()
+                 if m.family == family and m.prompt is not None), DEFAULT_PROMPT)
 
 
 def _unknown(env_id: str, known: list[str] | None = None, what: str = "environment"

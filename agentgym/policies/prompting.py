@@ -24,68 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agentgym.env import extract_tag, match_action
+from agentgym.registry import FamilyPrompt, family_prompt
 
-__all__ = ["FAMILY_PROMPTS", "FamilyPrompt", "Prompter"]
+__all__ = ["FamilyPrompt", "Prompter"]
 
 _FORMAT = (
     "Think briefly if you need to, then give exactly one action inside "
     "<{tag}></{tag}>, for example <{tag}>{example}</{tag}>."
 )
-
-
-@dataclass(frozen=True)
-class FamilyPrompt:
-    """How agents of one env family are told to act."""
-
-    role: str
-    """The role description that opens the system message."""
-    example: str = "look"
-    """An example action, shown in the answer-format line."""
-    action_tag: str = "action"
-    """The tag actions are written in; ``""``: the whole response is the action, the env parses
-    its own format (explained by ``response_format``)."""
-    response_format: str = ""
-    """The answer-format line for ``action_tag=""`` families."""
-    answer_template: str | None = None
-    """Where a final answer goes in a response (``{}`` marks it; IGPO scores the ground truth
-    there); ``None``: the action format."""
-
-
-FAMILY_PROMPTS: dict[str, FamilyPrompt] = {
-    "textgames": FamilyPrompt("You are an expert player of text games. Each turn you see the "
-                              "game's answer to your last action."),
-    "search": FamilyPrompt(
-        "You answer questions by searching a collection of documents.",
-        action_tag="",
-        response_format=(
-            "Each reply does one thing. To search, write <search>your query</search>; the top "
-            "documents come back in the next message. When you know the answer, write "
-            "<answer>the answer</answer> with a few words only."),
-        answer_template="<answer>{}</answer>"),
-    "web": FamilyPrompt(
-        "You shop on a web site for exactly what the instruction asks for, then check out. "
-        "Each turn you see the current page. In the text shop, act with search[words] or "
-        "click[the name of a bracketed element]. In the browser, elements carry refs such as "
-        "[ref=e12]: act with click(e12), fill(e4, \"text\"), select(e7, \"option\"), "
-        "press(\"Enter\"), back() or goto(\"/cart\"); stop() gives up.",
-        example="click[Add to cart]"),
-    "tooluse": FamilyPrompt(
-        "You solve tasks by calling tools. The first message lists them with their JSON schemas.",
-        action_tag="",
-        response_format=(
-            'Each reply does one thing. To call a tool, write <tool_call>{"name": "...", '
-            '"arguments": {...}}</tool_call>; its result comes back in the next message. When '
-            "you are done, write <answer>your answer</answer>."),
-        answer_template="<answer>{}</answer>"),
-    "gui": FamilyPrompt(
-        "You operate desktop applications to do what the task asks. Each turn you see the "
-        "accessibility tree of the open windows: numbered elements with role, name, states, "
-        "screen box @(x,y wxh) and text. Act with click(id) or click(x, y), double_click, "
-        "right_click, drag(x1, y1, x2, y2), type(\"text\"), key(\"ctrl+s\"), scroll(dx, dy) "
-        "or wait(); when the task is finished (files saved), done().",
-        example="click(7)"),
-    "misc": FamilyPrompt("You are an agent that solves tasks step by step in a text environment."),
-}
 
 
 @dataclass(frozen=True)
@@ -122,7 +68,7 @@ class Prompter:
 
     @property
     def _family(self) -> FamilyPrompt:
-        return FAMILY_PROMPTS.get(self.family, FAMILY_PROMPTS["misc"])
+        return family_prompt(self.family)
 
     @property
     def answer_template(self) -> str:

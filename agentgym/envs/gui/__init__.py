@@ -9,8 +9,17 @@
 - :mod:`~agentgym.envs.gui.env`: ``agentgym/Desktop-v0``; :mod:`~agentgym.envs.gui.expert`.
 """
 
-from agentgym.registry import EnvManifest
+from agentgym.registry import EnvManifest, FamilyPrompt
 from agentgym.registry import register as _register
+
+#: How agents of this family are told to act (every env of the family carries it).
+PROMPT = FamilyPrompt(
+    "You operate desktop applications to do what the task asks. Each turn you see the "
+    "accessibility tree of the open windows: numbered elements with role, name, states, "
+    "screen box @(x,y wxh) and text. Act with click(id) or click(x, y), double_click, "
+    "right_click, drag(x1, y1, x2, y2), type(\"text\"), key(\"ctrl+s\"), scroll(dx, dy) "
+    "or wait(); when the task is finished (files saved), done().",
+    example="click(7)")
 
 
 def register() -> None:
@@ -22,6 +31,7 @@ def register() -> None:
             description="Mousepad, galculator, LibreOffice Calc and Thunar on an X desktop, "
                         "through AT-SPI accessibility trees",
             family="gui",
+            prompt=PROMPT,
             extras=("gui",),
             # X server, buses, window manager, xdotool, Debian's Python with the Atspi and Gdk
             # typelibs for the driver, and the applications

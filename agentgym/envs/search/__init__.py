@@ -11,8 +11,18 @@
 - :mod:`~agentgym.envs.search.env`: ``agentgym/SearchQA-v0``.
 """
 
-from agentgym.registry import EnvManifest
+from agentgym.registry import EnvManifest, FamilyPrompt
 from agentgym.registry import register as _register
+
+#: How agents of this family are told to act (every env of the family carries it).
+PROMPT = FamilyPrompt(
+    "You answer questions by searching a collection of documents.",
+    action_tag="",
+    response_format=(
+        "Each reply does one thing. To search, write <search>your query</search>; the top "
+        "documents come back in the next message. When you know the answer, write "
+        "<answer>the answer</answer> with a few words only."),
+    answer_template="<answer>{}</answer>")
 
 
 def register() -> None:
@@ -23,6 +33,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Multi-hop question answering by searching a local BM25 index",
             family="search",
+            prompt=PROMPT,
             extras=("search",),
             # Not questions, index, corpus (host files) or retriever (a URL the server would call).
             path_kwargs=("questions", "index", "corpus"),

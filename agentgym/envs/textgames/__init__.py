@@ -1,8 +1,12 @@
 """Fast pure-Python text games: Sokoban, a household world in the spirit of ALFWorld, and
 guess-the-number."""
 
-from agentgym.registry import EnvManifest
+from agentgym.registry import EnvManifest, FamilyPrompt
 from agentgym.registry import register as _register
+
+#: How agents of this family are told to act (every env of the family carries it).
+PROMPT = FamilyPrompt("You are an expert player of text games. Each turn you see the game's "
+                      "answer to your last action.")
 
 
 def register() -> None:
@@ -13,6 +17,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Push boxes onto targets in a procedurally generated, solvable level",
             family="textgames",
+            prompt=PROMPT,
             client_kwargs={"dim_room": 12, "num_boxes": 6, "max_steps": 1000},
         ),
     )
@@ -22,6 +27,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="ALFWorld-style household tasks: find, clean, heat, cool, light, place",
             family="textgames",
+            prompt=PROMPT,
             client_kwargs={"task_types": None, "num_rooms": 8, "max_steps": 1000,
                            "invalid_penalty": None},
         ),
@@ -32,6 +38,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Find a secret number from higher/lower feedback (small-model learning task)",
             family="textgames",
+            prompt=PROMPT,
             client_kwargs={"high": 1_000_000, "max_guesses": 100},
         ),
     )

@@ -10,8 +10,18 @@
 - :mod:`~agentgym.envs.tooluse.env`: ``agentgym/ToolUse-v0``.
 """
 
-from agentgym.registry import EnvManifest, Resources
+from agentgym.registry import EnvManifest, FamilyPrompt, Resources
 from agentgym.registry import register as _register
+
+#: How agents of this family are told to act (every env of the family carries it).
+PROMPT = FamilyPrompt(
+    "You solve tasks by calling tools. The first message lists them with their JSON schemas.",
+    action_tag="",
+    response_format=(
+        'Each reply does one thing. To call a tool, write <tool_call>{"name": "...", '
+        '"arguments": {...}}</tool_call>; its result comes back in the next message. When '
+        "you are done, write <answer>your answer</answer>."),
+    answer_template="<answer>{}</answer>")
 
 
 def register() -> None:
@@ -22,6 +32,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Function calling over sandboxed code, SQL, files and stateful apps",
             family="tooluse",
+            prompt=PROMPT,
             extras=("tooluse",),
             system_packages=("bubblewrap",),  # each session's tools in a sandbox of its own
             # A server hosts many sessions, each with a sandbox of its own for its tools.

@@ -9,8 +9,17 @@
 - :mod:`~agentgym.envs.web.expert`: a scripted shopper that solves every task in both modes.
 """
 
-from agentgym.registry import EnvManifest, Resources
+from agentgym.registry import EnvManifest, FamilyPrompt, Resources
 from agentgym.registry import register as _register
+
+#: How agents of this family are told to act (every env of the family carries it).
+PROMPT = FamilyPrompt(
+    "You shop on a web site for exactly what the instruction asks for, then check out. "
+    "Each turn you see the current page. In the text shop, act with search[words] or "
+    "click[the name of a bracketed element]. In the browser, elements carry refs such as "
+    "[ref=e12]: act with click(e12), fill(e4, \"text\"), select(e7, \"option\"), "
+    "press(\"Enter\"), back() or goto(\"/cart\"); stop() gives up.",
+    example="click[Add to cart]")
 
 
 def register() -> None:
@@ -21,6 +30,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="Buy what an instruction asks for in a web shop, through Chromium",
             family="web",
+            prompt=PROMPT,
             extras=("web",),
             system_packages=("chromium", "fonts-liberation", "libatomic1"),  # libatomic1: Playwright's node
             # Chromium: a few hundred MiB per browser, and every thread counts as a pid.
@@ -34,6 +44,7 @@ def register() -> None:
         manifest=EnvManifest(
             description="The web shop as WebShop-style text: search[...] and click[...]",
             family="web",
+            prompt=PROMPT,
             extras=("web",),
             client_kwargs={"split": None, "max_steps": 100},
         ),
