@@ -17,6 +17,9 @@
                                         remove sandboxes that crashed processes left behind
                                         (--all: also those of live processes)
     agentgym --version
+
+Env families add their own commands (``agentgym.commands`` entry points): the search family's
+``agentgym index CORPUS OUT_DIR`` builds a BM25 index.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import argparse
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 import yaml
@@ -35,9 +40,13 @@ from rich.table import Table
 
 import agentgym
 from agentgym.harness import report
+from agentgym.registry import PluginWarning
 from agentgym.server import main as server_main  # argparse only: `serve` loads the server
 
 console = Console()
+
+#: The entry point group of the commands that env families add to the CLI.
+COMMANDS_GROUP = "agentgym.commands"
 
 
 def _parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
@@ -128,25 +137,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_index(args: argparse.Namespace) -> int:
-    import time
-
-    from agentgym.envs.search.corpus import read_passages
-    from agentgym.envs.search.index import BM25Index
-
-    started = time.perf_counter()
-    try:
-        with console.status(f"indexing {args.corpus}"):
-            index = BM25Index.build(read_passages(args.corpus), args.out_dir,
-                                    overwrite=args.overwrite)
-    except (FileNotFoundError, FileExistsError, ValueError) as exc:
-        console.print(f"[red]agentgym index:[/red] {exc}", highlight=False)
-        return 2
-    console.print(f"indexed {len(index)} passages into {args.out_dir} in "
-                  f"{time.perf_counter() - started:.1f} s", highlight=False)
-    return 0
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     return server_main.run(args)
 
@@ -208,12 +198,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("index", help="build a BM25 index of a passage corpus (search envs)")
-    p.add_argument("corpus", help="passages as JSONL: id, title, text (or FlashRAG's contents)")
-    p.add_argument("out_dir", help="index directory to create")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing index")
-    p.set_defaults(func=cmd_index)
-
     p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
     server_main.add_arguments(p)
     p.set_defaults(func=cmd_serve)
@@ -236,7 +220,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true",
                    help="also sandboxes of processes still running (stop them first)")
     p.set_defaults(func=cmd_sandbox_gc)
+    add_family_commands(sub)
     return parser
+
+
+def add_family_commands(subparsers: Any) -> None:
+    """Let each installed family add its commands: every ``agentgym.commands`` entry point is
+    a function that takes the subparsers (ours: the search family's ``index``). One that fails
+    is a :class:`~agentgym.registry.PluginWarning`; the other commands work."""
+    for ep in entry_points(group=COMMANDS_GROUP):
+        try:
+            ep.load()(subparsers)
+        except Exception as exc:  # a broken plugin must not take the CLI down
+            warnings.warn(f"agentgym command plugin {ep.name!r} ({ep.value}) failed to load and "
+                          f"was skipped: {type(exc).__name__}: {exc}", PluginWarning, stacklevel=2)
 
 
 _terminated = threading.Event()
