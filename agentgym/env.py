@@ -11,7 +11,7 @@ three things to Gymnasium's contract and nothing else:
   action that is not a ``str`` at all) raise clear errors.
 
 Action text reaches an env already extracted from the model's response (see
-``agentgym.policies.prompting``); the helpers at the bottom of this module (:func:`extract_tag`,
+``agentgym.prompting``); the helpers at the bottom of this module (:func:`extract_tag`,
 :func:`normalize_action`, :func:`match_action`) are shared by both sides.
 """
 

@@ -54,6 +54,7 @@ from pettingzoo import AECEnv, ParallelEnv
 
 from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
+from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make_aec, make_parallel, manifest
 from agentgym.rollout import (
     EnvPool,
@@ -75,11 +76,11 @@ SYSTEM_PROMPT = ("You are a player in a multi-player text game. Answer each ques
 
 @dataclass(frozen=True)
 class WholeResponse:
-    """A prompter (duck-typed like :class:`~agentgym.policies.prompting.Prompter`) whose action
-    is the whole response: for envs that read structured parts out of free text themselves
-    (Werewolf's ``<vote>``, ``<speech>``, ...). Messages come from the wrapped ``prompter``."""
+    """A prompter whose action is the whole response: for envs that read structured parts out
+    of free text themselves (Werewolf's ``<vote>``, ``<speech>``, ...). Messages come from the
+    wrapped ``prompter``."""
 
-    prompter: Any
+    prompter: PrompterProtocol
 
     def system(self, instruction: str) -> str:
         return self.prompter.system(instruction)
@@ -93,11 +94,9 @@ class WholeResponse:
 
 
 def default_prompter(family: str = "misc", **options: Any) -> WholeResponse:
-    """The prompter of multi-agent seats: a :class:`~agentgym.policies.prompting.Prompter` of
+    """The prompter of multi-agent seats: a :class:`~agentgym.prompting.Prompter` of
     ``family`` with a game-player system prompt (``options`` override its fields), whose actions
     are whole responses."""
-    from agentgym.policies.prompting import Prompter  # default only; no core dependency
-
     return WholeResponse(Prompter(family=family, **{"system_prompt": SYSTEM_PROMPT, **options}))
 
 
@@ -112,7 +111,7 @@ class Seat:
 
     def __init__(self, episode: Episode,
                  submit: Callable[[GenerationRequest], Awaitable[Generation]],
-                 prompter: Any, sampling: SamplingParams, member: int,
+                 prompter: PrompterProtocol, sampling: SamplingParams, member: int,
                  signals: Mapping[str, float] | None = None):
         self.episode = episode
         self.submit = submit
@@ -366,7 +365,7 @@ async def acollect(
     group_size: int = 1,
     max_steps: int = 10_000,
     concurrency: int = 16,
-    prompter: Any = None,
+    prompter: PrompterProtocol | Mapping[str, PrompterProtocol] | None = None,
     sampling: SamplingParams | None = None,
     signals: Mapping[str, float] | None = None,
     env_kwargs: dict[str, Any] | None = None,

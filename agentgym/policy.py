@@ -4,7 +4,7 @@ A :class:`Policy` turns :class:`GenerationRequest` s into :class:`Generation` s,
 (``generate`` receives every request that is ready; implementations batch them). LLM policies
 read ``messages``; scripted baselines may read ``observation`` and ``info`` instead. Either way the
 response is free text from which the action is extracted by the prompter
-(``agentgym.policies.prompting``), so that every policy is scored by the same rules.
+(``agentgym.prompting``), so that every policy is scored by the same rules.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from rich.progress import (
 from agentgym.env import TextEnv
 from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
+from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make, manifest
 
 if TYPE_CHECKING:
@@ -258,7 +259,7 @@ class _Run:
     env_id: str
     pool: EnvPool
     batcher: RequestBatcher
-    prompter: Any  # agentgym.policies.prompting.Prompter (duck-typed: core never imports it)
+    prompter: PrompterProtocol
     sampling: SamplingParams
     max_turns: int
     timeouts: Timeouts
@@ -374,7 +375,7 @@ async def acollect(
     group_size: int = 1,
     max_turns: int = 30,
     concurrency: int = 64,
-    prompter: Any = None,
+    prompter: PrompterProtocol | None = None,
     sampling: SamplingParams | None = None,
     env_kwargs: dict[str, Any] | None = None,
     timeouts: Timeouts | None = None,
@@ -396,7 +397,7 @@ async def acollect(
         max_turns: turns after which an unfinished episode is truncated.
         concurrency: episodes in flight at once.
         prompter: message builder and action parser; default
-            ``agentgym.policies.prompting.Prompter`` for the env's family.
+            ``agentgym.prompting.Prompter`` for the env's family.
         on_episode: called with each finished episode, in completion order (e.g. to append it to
             a file as soon as it ends).
         sandbox: run the envs in sandboxed env servers (``env`` must be an id): ``"local"`` or
@@ -422,8 +423,6 @@ async def acollect(
     else:
         env_id, family = getattr(env, "env_id", getattr(env, "__name__", "env")), None
     if prompter is None:
-        from agentgym.policies.prompting import Prompter  # default only; no core dependency
-
         prompter = Prompter(family=family or "misc")
     slots = asyncio.Semaphore(concurrency)
     units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from agentgym.episode import Episode, Turn, TurnTable
 from agentgym.policies.models import load_tokenizer, resolve_model
-from agentgym.policies.prompting import Prompter
+from agentgym.prompting import Prompter
 from agentgym.trainers.credit import igpo
 from agentgym.trainers.info_gain import answer_scores, naive_answer_scores, scoring_sequences
 

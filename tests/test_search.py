@@ -309,7 +309,7 @@ def test_own_data_by_index_corpus_or_service(cache, small_index, tmp_path):
 
 
 def test_the_prompter_hands_the_whole_reply_to_the_env():
-    from agentgym.policies.prompting import Prompter
+    from agentgym.prompting import Prompter
 
     prompter = Prompter(family="search")
     reply = "Let me look. <search>Varen Ostrel birthplace</search>"

@@ -14,7 +14,7 @@ import agentgym
 from agentgym.envs.search.world import generate_world
 from agentgym.episode import Episode, Turn, TurnTable
 from agentgym.policies.models import load_tokenizer, resolve_model
-from agentgym.policies.prompting import Prompter
+from agentgym.prompting import Prompter
 from agentgym.trainers.credit import information_gains
 from agentgym.trainers.info_gain import answer_scores
 

@@ -56,6 +56,7 @@ from agentgym.harness.store import RunConfigMismatch, RunDirError, RunStore, con
 from agentgym.harness.suite import Suite, SuiteEntry, SuiteError, suite_from_config
 from agentgym.multiagent import GameResult
 from agentgym.policy import PolicyUnavailable, SamplingParams
+from agentgym.prompting import Prompter
 from agentgym.registry import make_aec, make_parallel, manifest
 from agentgym.rollout import acollect, group_id
 
@@ -249,8 +250,6 @@ def _prompt(cfg: DictConfig, *, drop_unset_system: bool = False) -> dict[str, An
 
 async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
     """A single-agent entry: its missing episodes."""
-    from agentgym.policies.prompting import Prompter
-
     cfg = run.cfg
     await acollect(
         entry.env, run.policy, entry.tasks(), group_size=entry.group_size,

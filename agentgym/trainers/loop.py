@@ -67,7 +67,7 @@ class TrainConfig:
     answer_template: str | None = None
     """With ``estimator="igpo"``: where the policy writes its final answer, ``{}`` marking the
     answer (the ground truth is scored there); default: the prompter's
-    :attr:`~agentgym.policies.prompting.Prompter.answer_template`, e.g. ``<answer>{}</answer>``
+    :attr:`~agentgym.prompting.Prompter.answer_template`, e.g. ``<answer>{}</answer>``
     for search, ``<action>{}</action>`` for most families, ``{}`` with ``bare_actions``."""
     steps: int = 20
     groups_per_step: int = 8
@@ -76,7 +76,7 @@ class TrainConfig:
     max_tokens: int = 64
     temperature: float = 1.0
     prompt: dict[str, Any] = field(default_factory=dict)
-    """Fields of :class:`~agentgym.policies.prompting.Prompter` (history, bare_actions,
+    """Fields of :class:`~agentgym.prompting.Prompter` (history, bare_actions,
     examples, ...); the family comes from the env's manifest."""
     concurrency: int = 64
     eval_every: int = 5
@@ -106,7 +106,7 @@ class TrainConfig:
                     "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
                     "not fully apply reloaded weights (see tests/test_weight_sync.py); use "
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
-        from agentgym.policies.prompting import Prompter
+        from agentgym.prompting import Prompter
 
         try:
             Prompter(**self.prompt)
@@ -162,7 +162,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig):
         from agentgym.policies.hf import HFPolicy
-        from agentgym.policies.prompting import Prompter
+        from agentgym.prompting import Prompter
         from agentgym.registry import manifest
 
         self.cfg = cfg
