@@ -20,7 +20,7 @@ from agentgym.trainers.info_gain import answer_scores
 
 pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test command and CI
 
-QUESTIONS = 16  # the fixed set: the first bridge questions of the dev split
+QUESTIONS = 12  # the fixed set: the first bridge questions of the dev split
 WORDS = ("apple window river music green table cloud seven paper garden silver morning "
          "stone bridge yellow letter").split()
 
@@ -67,7 +67,9 @@ def test_information_gain_rewards_retrieving_supporting_passages():
     random_gain, random_found = gains(random)
     supporting = gold_gain[gold_found]
     unsupported = random_gain[~random_found]
-    # measured (seed 0, 24 questions): supporting 1.38 nats, random words -0.05
+    print(f"\nsupporting {supporting.mean():.3f} nats ({len(supporting)}), unsupported "
+          f"{unsupported.mean():.3f} ({len(unsupported)} of {len(random_gain)})")
+    # measured (seed 0, 12 questions): supporting 1.03 nats, random words -0.02
     assert gold_found.mean() > 0.9 and len(unsupported) > 0.8 * len(random_gain)
     assert supporting.mean() > 0.5, supporting
     assert unsupported.mean() < 0.1, unsupported
