@@ -33,7 +33,7 @@ class EnvContractError(AssertionError):
 
 
 def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0, 1),
-                   steps: int = 6, same_observations: bool = True,
+                   steps: int = 6, same_observations: bool = True, across_instances: bool = True,
                    make_env: Callable[[], gym.Env[Any, Any]] | None = None) -> None:
     """Check that ``env`` (a registered id, or an instance) keeps the TextEnv contract
     (:class:`~agentgym.env.TextEnv`): Gymnasium's own checker; the ``info`` keys (``task_id``
@@ -52,6 +52,8 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
         same_observations: compare observations for determinism (``False`` for envs whose
             text carries live measurements, such as window geometry; keys and rewards still
             count).
+        across_instances: also play the first seed in a second instance (``False`` for envs
+            whose state shows live values of their host, such as a desktop's file times).
         make_env: with an instance, how to make a second one for the cross-instance check
             (default: none; an id makes its own).
 
@@ -60,7 +62,8 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
     """
     owned = isinstance(env, str)
     instance = make(env) if isinstance(env, str) else env
-    second = (lambda: make(env)) if isinstance(env, str) else make_env
+    second = ((lambda: make(env)) if isinstance(env, str) else make_env) if across_instances \
+        else None
     problems: list[str] = []
     try:
         _check(instance, second, problems, seeds, steps, same_observations)

@@ -235,7 +235,8 @@ def test_no_network_unless_asked() -> None:
 @needs_bwrap
 def test_fork_bomb_hits_the_pids_limit(sb: LocalSandbox, bystander: LocalSandbox) -> None:
     r, times = while_running(bystander, lambda: sb.exec(["python3", "-c", FORK_BOMB], timeout_s=3))
-    assert r.timed_out and r.returncode == 137
+    # killed at its time limit, or earlier by the sandbox's memory limit (its forks add up)
+    assert r.returncode == 137 and not r.truncated
     assert len(times) > 0
     assert sb.exec(["echo", "ok"]).check().stdout == b"ok\n"  # the sandbox itself recovers
     assert sb._cgroups is not None
