@@ -107,10 +107,13 @@ class Session:
         try:
             async with self._lock:
                 self._check_usable()
+                deadline = asyncio.timeout(None if self.inline else self.deadline_s)
                 try:
-                    async with asyncio.timeout(None if self.inline else self.deadline_s):
+                    async with deadline:
                         return await self._invoke(method, *args, **kwargs)
-                except TimeoutError:
+                except TimeoutError as exc:
+                    if not deadline.expired():  # the env's own TimeoutError: the env failed
+                        raise await self._break(method, exc) from exc
                     self.broken = f"{method} ran past the server's deadline of {self.deadline_s:g} s"
                     log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
                     # its worker is still in the call: close the env after it, without waiting
