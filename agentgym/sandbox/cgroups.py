@@ -54,8 +54,9 @@ class Cgroups:
     def create(cls, name: str, limits: SandboxLimits) -> Cgroups:
         """Make the groups and write ``limits`` into them. Raises OSError (nothing left behind)
         where cgroup v1 is missing or not writable."""
-        dirs = {c: parent / name for c, parent in parent_dirs().items()}
-        for controller, parent in parent_dirs().items():
+        parents = parent_dirs()
+        dirs = {c: parent / name for c, parent in parents.items()}
+        for controller, parent in parents.items():
             # Inside another sandbox /sys/fs/cgroup may be a plain directory (or missing):
             # making directories there would make no groups.
             if not (parent.parent / "cgroup.procs").is_file():

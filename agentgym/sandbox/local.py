@@ -74,7 +74,6 @@ _CHUNK = 1 << 16
 _SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-@functools.lru_cache(maxsize=1)
 def bwrap_usable() -> str | None:
     """Why bubblewrap cannot be used here, or ``None`` if it can (checked once per process)."""
     return _bwrap_mode()[0]
