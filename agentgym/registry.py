@@ -55,6 +55,7 @@ __all__ = [
     "manifest",
     "register",
     "register_multiagent",
+    "require_single",
 ]
 
 ENTRY_POINT_GROUP = "agentgym.envs"
@@ -330,33 +331,25 @@ _MAKE_ONLY = frozenset(
 )
 
 
-def make(env_id: str, *, sandbox: Any = None, **kwargs: Any) -> gym.Env:
+def make(env_id: str, **kwargs: Any) -> gym.Env:
     """``gymnasium.make`` with agentgym's errors: unknown ids suggest close ones, unknown kwargs
     name the accepted ones (a ``TypeError``). Value errors (a negative size, ...) come from the
-    env itself.
-
-    With ``sandbox`` (``"local"``, ``"docker"``, or an
-    :class:`~agentgym.sandbox.envs.EnvServerPool`) the env runs in an env server inside a
-    sandbox with the limits of the env's manifest, and the result is a
-    :class:`~agentgym.server.RemoteEnv` with the same observations, rewards and infos (as JSON
-    values). Its ``close()`` (or its garbage collection) gives the sandbox back: a backend name
-    uses a process-wide pool that closes a sandbox with its last env; interpreter exit closes
-    every sandbox. Unknown kwargs raise :class:`~agentgym.server.InvalidRemoteKwargs` (a
-    ``TypeError``) with the server's message; a missing image says which ``agentgym build`` to
-    run (:class:`~agentgym.sandbox.SandboxError`).
+    env itself. The env runs in this process; :func:`agentgym.make` also places it in a sandbox.
     """
+    require_single(env_id)
+    _check_kwargs(env_id, gym.spec(env_id).entry_point,
+                  {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY})
+    return gym.make(env_id, **kwargs)
+
+
+def require_single(env_id: str) -> None:
+    """Raise :class:`UnknownEnvError` (naming close ids, or the multi-agent makers for a
+    multi-agent-only id) unless ``env_id`` is a registered Gymnasium id."""
     if env_id not in gym.registry:
         if env_id in _multiagent:
             raise UnknownEnvError(f"{env_id!r} is a multi-agent environment only: make it with "
                                   "make_aec or make_parallel")
         raise _unknown(env_id)
-    if sandbox is not None:
-        from agentgym.sandbox.envs import make_sandboxed  # sandboxes load only when used
-
-        return make_sandboxed(env_id, sandbox, kwargs)
-    _check_kwargs(env_id, gym.spec(env_id).entry_point,
-                  {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY})
-    return gym.make(env_id, **kwargs)
 
 
 def make_aec(env_id: str, **kwargs: Any) -> Any:

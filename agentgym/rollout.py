@@ -12,7 +12,7 @@ env that failed is closed and never reused; every env is closed when collection 
 cancellation.
 
 Sandboxes: with ``sandbox="local" | "docker"`` every env is a session on an env server in a
-sandbox, from one :class:`~agentgym.sandbox.envs.EnvServerPool` for the whole call (or the pool
+sandbox, from one :class:`~agentgym.hosting.EnvServerPool` for the whole call (or the pool
 passed in, shared across calls). An episode whose sandbox dies ends with an ``Episode.error``
 that says how it died; the pool's next envs go to new sandboxes, and the batch goes on.
 """
@@ -43,7 +43,7 @@ from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make, manifest
 
 if TYPE_CHECKING:
-    from agentgym.sandbox.envs import EnvServerPool
+    from agentgym.hosting import EnvServerPool
 
 __all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "group_id",
            "progress_bar", "request_seed"]
@@ -402,7 +402,7 @@ async def acollect(
             a file as soon as it ends).
         sandbox: run the envs in sandboxed env servers (``env`` must be an id): ``"local"`` or
             ``"docker"`` for a pool of this call (one warm spare sandbox, closed at the end), or
-            an :class:`~agentgym.sandbox.envs.EnvServerPool` to share (left open).
+            an :class:`~agentgym.hosting.EnvServerPool` to share (left open).
         retries: times an episode that ended with an error (an infrastructure failure: a dead
             sandbox, a failed policy call, a timeout) is run again from its start, on a fresh
             env; the returned episode lists the discarded attempts' errors in
@@ -489,7 +489,7 @@ def _server_pool(sandbox: str | EnvServerPool | None) -> tuple[EnvServerPool | N
     """The env server pool for ``acollect(sandbox=...)``, and whether the call owns it."""
     if sandbox is None or not isinstance(sandbox, str):
         return sandbox, False
-    from agentgym.sandbox.envs import EnvServerPool  # sandboxes load only when used
+    from agentgym.hosting import EnvServerPool  # sandboxes load only when used
 
     return EnvServerPool(sandbox, warm=1), True
 

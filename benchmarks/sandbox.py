@@ -9,7 +9,7 @@ Four tables, all measured in this one run:
    server without sandbox (``ServerProcess`` over a Unix socket), and through ``RemoteEnv`` from
    ``agentgym.make(..., sandbox="local")`` (bubblewrap) and ``sandbox="docker"``.
 3. Time to a ready env: ``agentgym.make(..., sandbox=...)`` cold (a new sandbox and server), from
-   a warm :class:`~agentgym.sandbox.EnvServerPool` (server already running), and as one more
+   a warm :class:`~agentgym.hosting.EnvServerPool` (server already running), and as one more
    session on a server that has room.
 4. ``collect`` of Sokoban with a random policy (64 episodes of at most 20 turns, 16 at once)
    through sandboxed servers hosting 1, 4 or 16 sessions each: wall time (sandbox starts
@@ -33,12 +33,12 @@ from rich.console import Console
 from rich.table import Table
 
 import agentgym
+from agentgym.hosting import EnvServerPool
 from agentgym.policies.scripted import RandomPolicy
 from agentgym.rollout import acollect, default_tasks
 from agentgym.sandbox import (
     OFFLINE_BASE_IMAGE,
     DockerSandbox,
-    EnvServerPool,
     LocalSandbox,
     Sandbox,
     SandboxPool,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,126 @@ def test_report_escapes_untrusted_text(synthetic_run: Path) -> None:
     records = json.loads(data.group(1))
     assert len(records) == 12 and records[11]["instruction"] == f"Push the box. {XSS}"
     assert records[11]["failed_attempts"] == [f"timeout {XSS}"]
+
+
+HOSTILE = ("<script>alert(1)</script> \"><img src=x onerror=alert(2)> '><svg onload=alert(3)> "
+           "\ud800 </pre></textarea>{{ 7*7 }} &amp; <style>body{background:url(http://x.test)}")
+"""Agent text that would inject markup (in text and in both kinds of quoted attribute), close
+the element it is in, or be re-evaluated by a template, with a lone surrogate."""
+ENTRY = "\"><img src=x onerror=alert(4)>"
+"""A suite entry's name that would inject markup in an attribute (short: it labels plots)."""
+PAGE_TAGS = {"html", "head", "meta", "link", "title", "style", "body", "h1", "h2", "h3", "dl",
+             "dt", "dd", "pre", "section", "table", "thead", "tbody", "tr", "th", "td", "img",
+             "p", "div", "input", "select", "option", "span", "ol", "button", "script", "ul",
+             "li"}
+
+
+class _Elements(HTMLParser):
+    """The start tags of a page with their attributes, and its text outside script and style
+    (character references decoded, as a browser shows it)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.in_code = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self.in_code = tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.in_code = False
+
+    def handle_data(self, data: str) -> None:
+        if not self.in_code:
+            self.text.append(data)
+
+
+def _elements(page: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(page)
+    parser.close()
+    return parser
+
+
+def test_report_escapes_hostile_text_and_is_self_contained(tmp_path: Path) -> None:
+    """Hostile text everywhere an agent (or its env) puts text: it shows as text, nothing is
+    injected, the lone surrogate is written as ``\\ud800`` (and the transcript data keeps it),
+    and the page loads nothing but ``data:`` URIs."""
+    turn = _turn(action=f"act {HOSTILE}", observation=f"obs {HOSTILE}",
+                 response=f"resp {HOSTILE}")
+    episodes = [
+        _episode(ENTRY, f"task {HOSTILE}", 0, "failed",
+                 task_type="type \"><img src=x onerror=alert(9)>", instruction=f"inst {HOSTILE}",
+                 turns=[turn], failed_attempts=[f"attempt {HOSTILE}"], agent=f"agent {HOSTILE}"),
+        _episode("guess", "g", 0, "infra_error"),
+    ]
+    episodes[1].error = f"error {HOSTILE}"  # (in the page header: an error example)
+    run_dir = _make_run(tmp_path / "hostile", episodes, config=(
+        "policy: {_target_: '<script>alert(10)</script>', model: '\"><img src=x>'}\n"
+        "suite: {name: '</title><script>alert(11)</script>'}\n"))
+    raw = write_report(run_dir).read_bytes()
+    page = raw.decode("utf-8")  # strict: the surrogate was escaped, not written as is
+
+    # nothing injected: only the page's own elements, no event handler, two script elements
+    elements = _elements(page)
+    assert {tag for tag, _ in elements.tags} <= PAGE_TAGS
+    assert not [(tag, name) for tag, attrs in elements.tags for name in attrs
+                if name.startswith("on")]
+    assert page.count("<script") == 2 and page.count("</script>") == 2
+    assert page.count("<style") == 1
+    assert "<img src=x" not in page and "<svg" not in page and "</textarea>" not in page
+    # ... but shown as text: in the header (from the config) and the infrastructure error
+    text = "".join(elements.text)
+    assert "error " + HOSTILE.replace("\ud800", "\\ud800") in text
+    assert "</title><script>alert(11)</script>" in text and "\"><img src=x>" in text
+    assert "<script>alert(10)</script>" in text and "{{ 7*7 }}" in text  # not evaluated
+    # in attribute values: the entry filter's options (the entry name, unchanged)
+    options = [attrs["value"] for tag, attrs in elements.tags if tag == "option"]
+    assert ENTRY in options
+    # the transcript data: as JSON that no text can end, the surrogate kept exactly
+    data = re.search(r'<script type="application/json" id="episode-data">(.*?)</script>', page,
+                     re.DOTALL)
+    assert data is not None and "<" not in data.group(1) and "\\ud800" in data.group(1)
+    records = json.loads(data.group(1))
+    assert records[0]["instruction"] == f"inst {HOSTILE}"
+    assert records[0]["task_id"] == f"task {HOSTILE}" and records[0]["agent"] == f"agent {HOSTILE}"
+    assert records[0]["turns"] == [{"observation": f"obs {HOSTILE}",
+                                    "response": f"resp {HOSTILE}", "action": f"act {HOSTILE}",
+                                    "valid": True, "reward": 0.0}]
+    assert records[0]["failed_attempts"] == [f"attempt {HOSTILE}"]
+
+    # self-contained: every URL a data: URI, no CSS url()/@import, no script src
+    urls = [value or "" for tag, attrs in elements.tags for name, value in attrs.items()
+            if name in ("src", "href", "srcset", "action", "formaction", "poster", "data")]
+    assert urls and all(url.startswith("data:") for url in urls), urls
+    (css,) = re.findall(r"<style>(.*?)</style>", page, re.DOTALL)
+    assert "url(" not in css and "@import" not in css
+    assert all(attrs.get("src") is None for tag, attrs in elements.tags if tag == "script")
+    assert not re.search(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}/", page.replace(
+        "http://x.test", ""), re.IGNORECASE)
+
+
+def test_report_templates_are_package_data_and_strict() -> None:
+    """The templates and static files are found through the package (as in an installed
+    wheel), and a template given too little data fails instead of showing blanks."""
+    from importlib import resources
+
+    import jinja2
+
+    from agentgym.harness import report
+
+    package = resources.files("agentgym.harness")
+    for name in ("templates/page.html.j2", "templates/macros.html.j2",
+                 "templates/report.html.j2", "templates/compare.html.j2",
+                 "static/report.css", "static/report.js"):
+        assert (package / name).is_file(), name
+    env = report._environment()
+    assert isinstance(env.loader, jinja2.PackageLoader)
+    with pytest.raises(jinja2.UndefinedError):
+        env.get_template("report.html.j2").render(title="t")
+    assert str(env.from_string("{{ x }}").render(x="<b>")) == "&lt;b&gt;"  # autoescaped
 
 
 def test_report_of_an_empty_run(tmp_path: Path) -> None:

@@ -37,11 +37,12 @@ from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fi
 
 import agentgym
 from agentgym.episode import Episode
+from agentgym.hosting import EnvServerPool, default_pool
+from agentgym.hosting.envserver import python_in
 from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox import (
-    EnvServerPool,
     Sandbox,
     SandboxError,
     SandboxWarning,
@@ -51,8 +52,6 @@ from agentgym.sandbox import (
 from agentgym.sandbox import images as images_module
 from agentgym.sandbox import spec as spec_module
 from agentgym.sandbox.docker import docker_client
-from agentgym.sandbox.envs import default_pool
-from agentgym.sandbox.envserver import python_in
 from agentgym.sandbox.local import bwrap_usable
 from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
 from agentgym.server.jsonsafe import to_jsonable
@@ -245,7 +244,7 @@ def test_sandbox_is_closed_when_its_env_is_garbage_collected(bwrap: None) -> Non
 
 def test_sandboxes_are_closed_at_interpreter_exit(bwrap: None) -> None:
     code = (f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox='local')\n"
-            "from agentgym.sandbox.envs import default_pool\n"
+            "from agentgym.hosting import default_pool\n"
             "print(default_pool('local').sandbox_of(env).host_dir)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=ROOT, check=True)
@@ -393,7 +392,7 @@ def crashed_owner(backend: str) -> Iterator[tuple[str, str]]:
     """A process that made a sandboxed env and was SIGKILLed: (host dir, sandbox id)."""
     out = run_and_crash(
         f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox={backend!r})\n"
-        "from agentgym.sandbox.envs import default_pool\n"
+        "from agentgym.hosting import default_pool\n"
         f"sb = default_pool({backend!r}).sandbox_of(env)\n"
         "print(sb.host_dir, sb.id)\n")
     host_dir, sandbox_id = out.split()

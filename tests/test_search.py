@@ -212,8 +212,8 @@ def test_service_answers_exactly_like_the_index(world, world_index, tmp_path):
 def test_service_in_a_sandbox(small_index):
     """The service on a Unix socket in a bubblewrap sandbox without network, the index
     copied in."""
+    from agentgym.hosting.envserver import python_in
     from agentgym.sandbox import LocalSandbox
-    from agentgym.sandbox.envserver import python_in
 
     with LocalSandbox() as sb:
         for f in small_index.path.rglob("*"):

@@ -440,13 +440,16 @@ def test_abandoned_sessions_are_reaped_and_memory_returns(start_server):
     baseline = _rss_mb(server.pid)
 
     asyncio.run(_open_sessions(server.url, 1000))
-    peak_sessions, peak_rss = _health(server)["sessions"], _rss_mb(server.pid)
+    peak, peak_rss = _health(server), _rss_mb(server.pid)
+    # Under load, opening 1000 sessions can outlast the idle timeout: the first ones are reaped
+    # while the last open. Every one was open at some point: open now or reaped already.
+    peak_sessions = peak["sessions"]
     _wait_until(lambda: _health(server)["sessions"] == 0, 30)
     health = _health(server)
     after = _rss_mb(server.pid)
     print(f"\nRSS: baseline {baseline:.1f} MB, {peak_sessions} sessions open {peak_rss:.1f} MB, "
           f"all reaped {after:.1f} MB")
-    assert peak_sessions == 1000
+    assert peak_sessions + peak["reaped"] == 1000 and peak_sessions > 0
     assert health["reaped"] == 1000 and health["closed_envs"] == 1050
     # Python's allocator keeps some freed memory (about 14 of the 36 MB here); a leak keeps all.
     assert after < baseline + 24, (baseline, peak_rss, after)

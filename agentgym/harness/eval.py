@@ -9,7 +9,7 @@ that ended with an infrastructure error run again.
 
 Execution: ``workers`` episodes (or games) in flight per entry, the entries one after another.
 With ``sandbox=local|docker`` every env runs in an env server inside a sandbox: one
-:class:`~agentgym.sandbox.envs.EnvServerPool` for the whole run (``sandbox_sessions`` envs per
+:class:`~agentgym.hosting.EnvServerPool` for the whole run (``sandbox_sessions`` envs per
 server, ``sandbox_warm`` spare servers, the first started while the policy loads), closed at the
 end. An episode whose sandbox dies, or whose env or policy call fails, is run again from its
 start on a fresh env, ``max_retries`` times at most; if every attempt fails it is stored with
@@ -61,7 +61,7 @@ from agentgym.registry import make_aec, make_parallel, manifest
 from agentgym.rollout import acollect, group_id
 
 if TYPE_CHECKING:
-    from agentgym.sandbox.envs import EnvServerPool
+    from agentgym.hosting import EnvServerPool
 
 __all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "EvalSetupError", "compose_eval_config",
            "default_out_dir", "role_statistics", "run_eval", "run_eval_cli"]
@@ -221,7 +221,7 @@ def _env_servers(cfg: DictConfig, backend: str | None, suite: Suite) -> EnvServe
     """The run's env server pool (its first servers already starting), or ``None``."""
     if backend is None:
         return None
-    from agentgym.sandbox.envs import EnvServerPool  # only sandboxed runs load it
+    from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
     from agentgym.sandbox.gc import gc
 
     # What killed runs left (the run being resumed, most likely): their owners are dead.

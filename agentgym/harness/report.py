@@ -1,11 +1,19 @@
 """Evaluation reports: ``report.html`` for one run, and a comparison of several runs.
 
-Both pages are self-contained: plots are matplotlib PNGs embedded as ``data:`` URIs, CSS and JS
-are inline, nothing is fetched from the network. Every statistic is recomputed from
-``episodes.jsonl`` with :mod:`agentgym.harness.stats` (``summary.json`` may be missing or stale).
-Episode text is untrusted: every string reaches the page through :func:`html.escape`, the
-transcript data through a JSON ``<script>`` block in which ``<``, ``>`` and ``&`` are escaped, and
-the viewer inserts it with ``textContent`` only.
+The pages are Jinja2 templates (``templates/``: ``report.html.j2`` and ``compare.html.j2`` on
+``page.html.j2``, with the repeated parts as macros in ``macros.html.j2``); this module computes
+what they show (tables as rows of strings and numbers, plots) and passes it to them as plain data.
+Both pages are self-contained: plots are matplotlib PNGs embedded as ``data:`` URIs, the CSS and
+JS (``static/report.css``, ``static/report.js``) are inline, nothing is fetched from the network.
+Every statistic is recomputed from ``episodes.jsonl`` with :mod:`agentgym.harness.stats`
+(``summary.json`` may be missing or stale).
+
+Episode text is untrusted: the templates are autoescaped and no value passed to them is marked
+safe, so every string reaches the page HTML-escaped; the transcript data reaches it as a JSON
+``<script>`` block (Jinja's ``tojson``: ``<``, ``>``, ``&`` and ``'`` written as ``\\u``
+escapes, so no text can end the element) that the viewer inserts with ``textContent`` only. Only
+the package's own static files are inlined unescaped. A lone surrogate (which UTF-8 cannot encode)
+is written as its ``\\udXXX`` escape.
 
 Episodes are grouped into *entries*: the suite entry of ``Episode.tags["entry"]``, or the
 ``env_id`` for runs that did not tag their episodes.
@@ -19,18 +27,21 @@ from __future__ import annotations
 
 import argparse
 import base64
-import html
+import functools
 import io
 import json
+import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from string import Template
 from typing import TYPE_CHECKING, Any
 
+import jinja2
 import numpy as np
 import yaml
+from markupsafe import Markup
 from rich.console import Console
 from rich.markup import escape as markup_escape
 
@@ -130,39 +141,40 @@ def _number(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """An HTML table; every header and cell is converted with ``str`` and escaped."""
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """The Jinja2 environment of the pages: the package's ``templates/`` (found through the
+    import system, so in an installed wheel too), autoescaping everywhere, an undefined
+    variable an error, and ``tojson`` writing non-ASCII text as is in its original key order."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("agentgym.harness"),
+        autoescape=jinja2.select_autoescape(default_for_string=True, default=True),
+        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+        keep_trailing_newline=True)
+    env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "sort_keys": False}
+    env.globals["static"] = _static
+    return env
 
 
-def _img(uri: str, alt: str) -> str:
-    return f'<img src="{uri}" alt="{html.escape(alt)}">'
+_ENDS_INLINE_ELEMENT = re.compile(r"</(?:script|style)|<!--", re.IGNORECASE)
 
 
-def _section(anchor: str, title: str, *parts: str) -> str:
-    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{"".join(parts)}</section>'
+@functools.cache
+def _static(name: str) -> Markup:
+    """The package's ``static/<name>`` (CSS or JS), to be inlined unescaped in a ``<style>`` or
+    ``<script>`` element: it must not contain text that could end (or comment out) the element."""
+    text = (resources.files("agentgym.harness") / "static" / name).read_text(encoding="utf-8")
+    if _ENDS_INLINE_ELEMENT.search(text):
+        raise ValueError(f"static/{name} cannot be inlined: it contains </script, </style or <!--")
+    return Markup(text)  # a file of this package, checked above
 
 
-def _facts(pairs: Sequence[tuple[str, Any]]) -> str:
-    """A definition list of ``(label, value)`` pairs, both escaped."""
-    items = "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd>" for k, v in pairs)
-    return f'<dl class="facts">{items}</dl>'
-
-
-def _json_script(element_id: str, data: Any) -> str:
-    """``data`` in a ``<script type="application/json">`` element. ``<``, ``>`` and ``&`` are
-    written as JSON ``\\u`` escapes, so no text (``</script>``, ``<!--``) can end the element."""
-    text = (json.dumps(data, ensure_ascii=False).replace("<", "\\u003c")
-            .replace(">", "\\u003e").replace("&", "\\u0026"))
-    return f'<script type="application/json" id="{element_id}">{text}</script>'
-
-
-def _page(title: str, body: str, script: str = "") -> str:
-    return _PAGE.substitute(title=html.escape(title), css=_CSS, body=body,
-                            script=f"<script>{script}</script>" if script else "")
+def _render(template: str, out: Path, **context: Any) -> None:
+    """Render ``templates/<template>`` with ``context`` to ``out`` (UTF-8; a lone surrogate of
+    an agent's text is written as ``\\udXXX`` rather than stopping the report)."""
+    page = _environment().get_template(template).render(**context)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(page, encoding="utf-8", errors="backslashreplace")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,62 +301,56 @@ def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mappin
 # Sections of report.html
 
 
-def _success_section(episodes: Sequence[Episode],
-                     by_entry: Mapping[str, Mapping[str, Any]]) -> str:
-    """Success per entry, and per (entry, task type) when the episodes have task types."""
-    rows = [(entry, s["episodes"], s["scored"], s["errors"], _rate_ci(s))
-            for entry, s in by_entry.items()]
-    parts = [_table(("entry", "episodes", "scored", "infra errors", "success [95% CI]"), rows),
-             _img(_success_plot(by_entry, "success per entry"), "success rate per entry")]
-    if any(e.task_type for e in episodes):
-        by_type = breakdown(episodes, lambda e: f"{entry_of(e)} / {e.task_type or '-'}")
-        parts += [
-            "<h3>Per task type</h3>",
-            _table(("entry / task type", "episodes", "scored", "success [95% CI]"),
-                   [(k, s["episodes"], s["scored"], _rate_ci(s)) for k, s in by_type.items()]),
-            _img(_success_plot(by_type, "success per entry and task type"),
-                 "success rate per entry and task type"),
-        ]
-    return _section("success", "Success rate", *parts)
+def _success_section(by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Success per entry: its rows (entry, episodes, scored, infra errors, success [95% CI])
+    and plot."""
+    return {"rows": [(entry, s["episodes"], s["scored"], s["errors"], _rate_ci(s))
+                     for entry, s in by_entry.items()],
+            "plot": _success_plot(by_entry, "success per entry")}
+
+
+def _task_type_section(episodes: Sequence[Episode]) -> dict[str, Any] | None:
+    """Success per (entry, task type): rows (entry / task type, episodes, scored, success
+    [95% CI]) and plot; None when no episode has a task type."""
+    if not any(e.task_type for e in episodes):
+        return None
+    by_type = breakdown(episodes, lambda e: f"{entry_of(e)} / {e.task_type or '-'}")
+    return {"rows": [(k, s["episodes"], s["scored"], _rate_ci(s)) for k, s in by_type.items()],
+            "plot": _success_plot(by_type, "success per entry and task type")}
 
 
 def _pass_at_k_section(overall: Mapping[str, Any],
-                       by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+                       by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """pass@k per entry and over all: its ``columns`` (``pass@k`` for every k of any group;
+    none without a scored episode) and rows (entry, then one rate per column)."""
     ks = sorted({int(k) for s in (overall, *by_entry.values()) for k in s["pass_at_k"]})
-    if not ks:
-        return _section("pass-at-k", "pass@k", "<p>No scored episodes.</p>")
-    rows = [(name, *(_pct(s["pass_at_k"].get(str(k))) for k in ks))
-            for name, s in (*by_entry.items(), ("all", overall))]
-    note = ("<p class=\"note\">Unbiased pass@k over the groups (episodes of one task and seed) "
-            "with at least k scored episodes; n/a where no group is that large.</p>")
-    return _section("pass-at-k", "pass@k", note,
-                    _table(("entry", *(f"pass@{k}" for k in ks)), rows))
+    return {"columns": [f"pass@{k}" for k in ks],
+            "rows": [(name, *(_pct(s["pass_at_k"].get(str(k))) for k in ks))
+                     for name, s in (*by_entry.items(), ("all", overall))]}
 
 
 def _distribution_section(scored: Sequence[Episode],
-                          by_entry: Mapping[str, Mapping[str, Any]]) -> str:
+                          by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Turns and response tokens per entry: rows (entry, mean turns, invalid actions, mean
+    response tokens / episode, response tokens) and their histograms."""
     turns: dict[str, list[float]] = {entry: [] for entry in by_entry}
     tokens: dict[str, list[float]] = {entry: [] for entry in by_entry}
     for e in scored:
         turns[entry_of(e)].append(e.num_turns)
         tokens[entry_of(e)].append(sum(len(t.response_ids) for t in e.turns))
-    rows = [(entry, _number(s["mean_turns"]), _pct(s["invalid_action_rate"]),
-             _number(s["mean_response_tokens"]), s["response_tokens"])
-            for entry, s in by_entry.items()]
-    return _section(
-        "distributions", "Turns and response tokens",
-        _table(("entry", "mean turns", "invalid actions", "mean response tokens / episode",
-                "response tokens"), rows),
-        _img(_histograms({"turns per episode": turns, "response tokens per episode": tokens}),
-             "histograms of turns and response tokens per entry"))
+    return {"rows": [(entry, _number(s["mean_turns"]), _pct(s["invalid_action_rate"]),
+                      _number(s["mean_response_tokens"]), s["response_tokens"])
+                     for entry, s in by_entry.items()],
+            "plot": _histograms({"turns per episode": turns,
+                                 "response tokens per episode": tokens})}
 
 
-def _category_section(by_entry: Mapping[str, Mapping[str, Any]]) -> str:
-    rows = [(entry, *(s["categories"][c] for c in FAILURE_CATEGORIES))
-            for entry, s in by_entry.items()]
-    return _section("categories", "Outcome categories",
-                    _table(("entry", *FAILURE_CATEGORIES), rows),
-                    _img(_category_plot(by_entry), "outcome categories per entry"))
+def _category_section(by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Outcome categories per entry: rows (entry, then a count per ``FAILURE_CATEGORIES``) and
+    their plot."""
+    return {"rows": [(entry, *(s["categories"][c] for c in FAILURE_CATEGORIES))
+                     for entry, s in by_entry.items()],
+            "plot": _category_plot(by_entry)}
 
 
 _LATENCIES: dict[str, Callable[[Episode], list[float]]] = {
@@ -356,9 +362,10 @@ _LATENCIES: dict[str, Callable[[Episode], list[float]]] = {
 """The latency measures of the report: name -> the seconds one episode contributes."""
 
 
-def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> str:
+def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> dict[str, Any]:
     """Mean, median and 95th percentile of each of :data:`_LATENCIES`, per entry and (with
-    several entries) over all scored episodes, and their histograms per entry."""
+    several entries) over all scored episodes: rows (entry, measure, n, mean, p50, p95) and the
+    histograms per entry."""
     values = {name: {entry: [] for entry in entries} for name in _LATENCIES}
     for e in scored:
         for name, measure in _LATENCIES.items():
@@ -371,10 +378,7 @@ def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> str:
         for entry, vs in scopes:
             stats = (np.mean(vs), *np.percentile(vs, [50, 95])) if vs else (None,) * 3
             rows.append((entry, name, len(vs), *map(_seconds, stats)))
-    return _section("latency", "Latency",
-                    _table(("entry", "measure", "n", "mean", "p50", "p95"), rows),
-                    _img(_histograms({f"{k} (s)": v for k, v in values.items()}),
-                         "latency histograms per entry"))
+    return {"rows": rows, "plot": _histograms({f"{k} (s)": v for k, v in values.items()})}
 
 
 def _clip(text: str) -> str:
@@ -398,27 +402,6 @@ def _episode_record(episode: Episode) -> dict[str, Any]:
     }
 
 
-def _options(label: str, values: Iterable[str]) -> str:
-    return f'<option value="">{html.escape(label)}</option>' + "".join(
-        f'<option value="{html.escape(v)}">{html.escape(v)}</option>' for v in values)
-
-
-def _transcript_section(episodes: Sequence[Episode], entries: Sequence[str]) -> str:
-    controls = (
-        '<div class="controls">'
-        '<input id="search" type="search" placeholder="search instructions, responses, '
-        'observations" aria-label="search">'
-        f'<select id="category" aria-label="outcome">{_options("all outcomes", FAILURE_CATEGORIES)}'
-        '</select>'
-        f'<select id="entry" aria-label="entry">{_options("all entries", entries)}</select>'
-        '<span id="count"></span></div>')
-    viewer = ('<div class="viewer"><div><ol id="ep-list"></ol>'
-              '<button id="more" type="button" hidden>show more</button></div>'
-              '<div id="detail"><p class="note">Click an episode to see its turns.</p></div></div>')
-    return _section("transcripts", "Transcripts", controls, viewer,
-                    _json_script("episode-data", [_episode_record(e) for e in episodes]))
-
-
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write the self-contained HTML report of the run in ``run_dir`` to ``out`` (default
     ``run_dir/report.html``) and return its path.
@@ -437,26 +420,23 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     overall = summarize(episodes)
     by_entry = breakdown(episodes, entry_of)
     entries = list(by_entry)
-    parts = [_facts([
-        ("run", loaded.path), ("suite", loaded.suite), ("policy", loaded.policy),
+    header = [
+        ("run", str(loaded.path)), ("suite", loaded.suite), ("policy", loaded.policy),
         ("model", loaded.model or "-"), ("episodes", overall["episodes"]),
         ("infra errors", overall["errors"]), ("retried", overall["retried"]),
         ("success", _rate_ci(overall)),
         *([("unreadable lines", loaded.skipped_lines)] if loaded.skipped_lines else []),
-    ])]
-    if overall["error_examples"]:
-        parts += ["<h3>Infrastructure errors (examples)</h3>",
-                  *(f"<pre>{html.escape(_clip(text))}</pre>" for text in overall["error_examples"])]
-    if episodes:
-        parts += [_success_section(episodes, by_entry), _pass_at_k_section(overall, by_entry),
-                  _distribution_section(scored, by_entry), _category_section(by_entry),
-                  _latency_section(scored, entries)]
-    parts.append(_transcript_section(episodes, entries))
-    title = f"agentgym report: {loaded.suite}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # (an agent's lone surrogate shows as \udXXX rather than stopping the report)
-    out.write_text(_page(title, f"<h1>{html.escape(title)}</h1>" + "".join(parts), _VIEWER_JS),
-                   encoding="utf-8", errors="backslashreplace")
+    ]
+    stats = None if not episodes else {
+        "success": _success_section(by_entry), "by_task_type": _task_type_section(episodes),
+        "pass_at_k": _pass_at_k_section(overall, by_entry),
+        "distributions": _distribution_section(scored, by_entry),
+        "categories": _category_section(by_entry), "latency": _latency_section(scored, entries),
+    }
+    _render("report.html.j2", out, title=f"agentgym report: {loaded.suite}", header=header,
+            error_examples=[_clip(text) for text in overall["error_examples"]], stats=stats,
+            categories=list(FAILURE_CATEGORIES), entries=entries,
+            transcripts=[_episode_record(e) for e in episodes])
     return out
 
 
@@ -508,27 +488,17 @@ def compare_runs(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
     runs = [load_run(Path(d)) for d in run_dirs]
     board = _leaderboard(runs)
     entries = sorted({entry for row in board for entry in row["entries"]})
-    leaders = _table(
-        ("rank", "run", "policy", "model", "success [95% CI]", "episodes", "infra errors"),
-        [(i, row["label"], row["policy"], row["model"] or "-", _rate_ci(row), row["episodes"],
-          row["errors"]) for i, row in enumerate(board, start=1)])
-    per_entry = _table(
-        ("entry", *(row["label"] for row in board)),
-        [(entry, *(_rate_ci(row["entries"][entry]) if entry in row["entries"] else "-"
-                   for row in board)) for entry in entries])
-    plot = (_img(_grouped_bars(entries, {row["label"]: row["entries"] for row in board}),
-                 "success rate per entry per run") if entries else "")
-    runs_list = "<ul>" + "".join(
-        f"<li>{html.escape(row['label'])}: {html.escape(row['run_dir'])}</li>" for row in board
-    ) + "</ul>"
-    title = f"agentgym comparison of {len(runs)} runs"
-    body = (f"<h1>{html.escape(title)}</h1>{runs_list}"
-            + _section("leaderboard", "Leaderboard", leaders)
-            + _section("per-entry", "Success rate per entry", per_entry, plot))
+    leaderboard = [(i, row["label"], row["policy"], row["model"] or "-", _rate_ci(row),
+                    row["episodes"], row["errors"]) for i, row in enumerate(board, start=1)]
+    per_entry = [(entry, *(_rate_ci(row["entries"][entry]) if entry in row["entries"] else "-"
+                           for row in board)) for entry in entries]
+    plot = (_grouped_bars(entries, {row["label"]: row["entries"] for row in board})
+            if entries else None)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     page, board_path = out_dir / "compare.html", out_dir / "leaderboard.json"
-    page.write_text(_page(title, body), encoding="utf-8")
+    _render("compare.html.j2", page, title=f"agentgym comparison of {len(runs)} runs",
+            runs=[{"label": row["label"], "run_dir": row["run_dir"]} for row in board],
+            leaderboard=leaderboard, per_entry=per_entry, plot=plot)
     board_path.write_text(json.dumps(board, indent=2) + "\n", encoding="utf-8")
     return page, board_path
 
@@ -565,159 +535,3 @@ def run(args: argparse.Namespace) -> int:
     for path in paths:
         out.print(markup_escape(str(path)), highlight=False, soft_wrap=True)
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Page template, style and the transcript viewer
-
-_PAGE = Template("""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<link rel="icon" href="data:,">
-<title>$title</title>
-<style>$css</style>
-</head>
-<body>
-$body
-$script
-</body>
-</html>
-""")
-
-_CSS = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1280px; padding: 1em 2em;
-       color: #222; }
-h1 { font-size: 1.5em; } h2 { border-bottom: 1px solid #ddd; margin-top: 2em; }
-table { border-collapse: collapse; margin: .5em 0 1em; }
-th, td { padding: .2em .7em; border-bottom: 1px solid #eee; }
-th, td { text-align: left; font-variant-numeric: tabular-nums; } th { background: #f5f5f5; }
-img { max-width: 100%; display: block; margin: .5em 0; }
-pre { white-space: pre-wrap; word-break: break-word; background: #f7f7f7; padding: .4em .6em;
-      margin: .2em 0 .6em; max-height: 24em; overflow: auto; }
-.facts { display: grid; grid-template-columns: max-content 1fr; gap: .1em 1em; }
-.facts dt { font-weight: 600; } .facts dd { margin: 0; }
-.note { color: #666; }
-.controls { display: flex; gap: .6em; align-items: center; margin-bottom: .6em; }
-.controls input { flex: 1; padding: .3em; }
-.viewer { display: grid; grid-template-columns: minmax(18em, 2fr) 3fr; gap: 1em; }
-#ep-list { list-style: none; padding: 0; margin: 0; max-height: 80vh; overflow: auto;
-           border: 1px solid #ddd; }
-#ep-list li { padding: .3em .5em; border-bottom: 1px solid #eee; cursor: pointer; }
-#ep-list li:hover { background: #f0f6ff; } #ep-list li.selected { background: #dbeafe; }
-#ep-list .preview { display: block; color: #555; font-size: .9em; overflow: hidden;
-                    white-space: nowrap; text-overflow: ellipsis; }
-#detail { max-height: 80vh; overflow: auto; }
-.badge { display: inline-block; color: #fff; border-radius: 3px; padding: 0 .4em;
-         font-size: .85em; margin-right: .4em; }
-.badge.success { background: #2e7d32; } .badge.failed { background: #c62828; }
-.badge.max_turns { background: #ef6c00; } .badge.invalid_format { background: #6a1b9a; }
-.badge.infra_error { background: #757575; }
-.turn { border-left: 3px solid #1976d2; padding-left: .6em; margin: .8em 0; }
-.turn.invalid { border-left-color: #c62828; }
-.turn h4 { margin: .2em 0; } .label { font-weight: 600; font-size: .85em; color: #555; }
-"""
-
-# Episode text only ever reaches the DOM through textContent.
-_VIEWER_JS = r"""
-(function () {
-  "use strict";
-  var PAGE = 500, PREVIEW = 160;
-  var episodes = JSON.parse(document.getElementById("episode-data").textContent);
-  var list = document.getElementById("ep-list"), more = document.getElementById("more");
-  var detail = document.getElementById("detail"), count = document.getElementById("count");
-  var search = document.getElementById("search"), category = document.getElementById("category");
-  var entry = document.getElementById("entry");
-  var matches = [], shown = 0, selected = null, texts = [];
-
-  function el(tag, cls, text) {
-    var node = document.createElement(tag);
-    if (cls) node.className = cls;
-    if (text !== undefined && text !== null) node.textContent = String(text);
-    return node;
-  }
-  function clip(text, n) { return text.length > n ? text.slice(0, n) + "\u2026" : text; }
-  function haystack(i) {
-    if (texts[i] === undefined) {
-      var ep = episodes[i], parts = [ep.instruction];
-      ep.turns.forEach(function (t) { parts.push(t.observation, t.response); });
-      texts[i] = parts.join("\n").toLowerCase();
-    }
-    return texts[i];
-  }
-  function row(i) {
-    var ep = episodes[i], li = el("li", "ep");
-    li.dataset.index = i;
-    li.appendChild(el("span", "badge " + ep.category, ep.category));
-    li.appendChild(el("span", "ep-title", ep.entry + " \u00b7 task " + ep.task_id + " \u00b7 " +
-                      ep.turns.length + " turns"));
-    var first = ep.instruction || (ep.turns.length ? ep.turns[0].observation : "");
-    li.appendChild(el("span", "preview", clip(first, PREVIEW)));
-    return li;
-  }
-  function appendPage() {
-    var end = Math.min(matches.length, shown + PAGE), frag = document.createDocumentFragment();
-    for (; shown < end; shown++) frag.appendChild(row(matches[shown]));
-    list.appendChild(frag);
-    more.hidden = shown >= matches.length;
-    count.textContent = matches.length + " of " + episodes.length + " episodes" +
-      (shown < matches.length ? " (" + shown + " listed)" : "");
-  }
-  function filter() {
-    var q = search.value.toLowerCase(), c = category.value, n = entry.value;
-    matches = [];
-    for (var i = 0; i < episodes.length; i++) {
-      var ep = episodes[i];
-      if ((!c || ep.category === c) && (!n || ep.entry === n) &&
-          (!q || haystack(i).indexOf(q) >= 0)) matches.push(i);
-    }
-    list.textContent = "";
-    shown = 0;
-    appendPage();
-  }
-  function block(parent, label, text) {
-    parent.appendChild(el("div", "label", label));
-    parent.appendChild(el("pre", null, text));
-  }
-  function show(i) {
-    var ep = episodes[i];
-    detail.textContent = "";
-    detail.appendChild(el("h3", null, ep.id));
-    var facts = el("dl", "facts");
-    [["entry", ep.entry], ["task", ep.task_id], ["task type", ep.task_type || "-"],
-     ["agent", ep.agent], ["seed", ep.seed], ["outcome", ep.category + ", return " + ep.outcome],
-     ["wall time", ep.wall_time.toFixed(3) + " s"]].forEach(function (kv) {
-      facts.appendChild(el("dt", null, kv[0]));
-      facts.appendChild(el("dd", null, kv[1]));
-    });
-    detail.appendChild(facts);
-    if (ep.error) block(detail, "infrastructure error", ep.error);
-    ep.failed_attempts.forEach(function (a, k) { block(detail, "failed attempt " + (k + 1), a); });
-    if (ep.instruction) block(detail, "instruction", ep.instruction);
-    if (!ep.turns.length) detail.appendChild(el("p", "note", "No turns."));
-    ep.turns.forEach(function (t, k) {
-      var turn = el("div", t.valid ? "turn" : "turn invalid");
-      turn.appendChild(el("h4", null, "Turn " + (k + 1) + " \u00b7 reward " + t.reward +
-                          " \u00b7 " + (t.valid ? "valid" : "invalid") + " action"));
-      block(turn, "observation", t.observation);
-      block(turn, "response", t.response);
-      block(turn, "action", t.action);
-      detail.appendChild(turn);
-    });
-  }
-  list.addEventListener("click", function (event) {
-    var li = event.target.closest("li.ep");
-    if (!li) return;
-    if (selected) selected.classList.remove("selected");
-    selected = li;
-    li.classList.add("selected");
-    show(Number(li.dataset.index));
-  });
-  more.addEventListener("click", appendPage);
-  search.addEventListener("input", filter);
-  category.addEventListener("change", filter);
-  entry.addEventListener("change", filter);
-  filter();
-})();
-"""

@@ -5,10 +5,11 @@
 - :class:`SandboxLimits` (and :func:`limits_for` a registered env), :class:`SandboxSpec`,
   :func:`create_sandbox`, :func:`image_for`.
 - :class:`SandboxPool`: warm sandboxes, recycled and health-checked.
-- :class:`EnvServerPool`: env servers in sandboxes, handing out ``RemoteEnv`` sessions
-  (``agentgym.make(env_id, sandbox="local" | "docker")``, ``collect(..., sandbox=...)``).
 - :func:`http_client` / :func:`async_http_client`: httpx clients for :meth:`Sandbox.endpoint`.
 - :func:`gc` (``agentgym sandbox gc``) and :func:`build_images` (``agentgym build``).
+
+Env servers placed in sandboxes (``agentgym.make(env_id, sandbox=...)``) are one layer up, in
+:mod:`agentgym.hosting`.
 
 Reaching a server inside: it listens on the Unix socket ``sb.socket_path(port)`` (inside path),
 the host connects to ``sb.endpoint(port)`` (``"unix:<host path>"``)::
@@ -30,7 +31,6 @@ from agentgym.sandbox.base import (
 )
 from agentgym.sandbox.client import async_http_client, http_client, parse_endpoint
 from agentgym.sandbox.docker import DockerSandbox, remove_containers
-from agentgym.sandbox.envs import EnvServerPool
 from agentgym.sandbox.gc import GcReport, gc
 from agentgym.sandbox.images import (
     DEFAULT_BASE_IMAGE,
@@ -49,7 +49,6 @@ __all__ = [
     "DEFAULT_BASE_IMAGE",
     "OFFLINE_BASE_IMAGE",
     "DockerSandbox",
-    "EnvServerPool",
     "ExecError",
     "ExecResult",
     "GcReport",

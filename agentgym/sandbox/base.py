@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Self
 
+from agentgym.sandbox.errors import ExecError, SandboxDeadError, SandboxError, SandboxWarning
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import current_owner
 
@@ -49,22 +50,6 @@ def host_dir_root() -> Path:
     return Path(os.environ.get(ROOT_ENV) or tempfile.gettempdir())
 
 READ_FILE_MAX_BYTES = 64 << 20
-
-
-class SandboxError(RuntimeError):
-    """A sandbox could not do what was asked (start, exec, file access, ...)."""
-
-
-class SandboxDeadError(SandboxError):
-    """The sandbox is closed, or died (its container was killed or removed, its dirs vanished)."""
-
-
-class SandboxWarning(UserWarning):
-    """A sandbox runs with weaker isolation than asked for (no bubblewrap, no cgroups, ...)."""
-
-
-class ExecError(SandboxError):
-    """Raised by :meth:`ExecResult.check` for a command that failed, timed out or was cut off."""
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import atexit
 import errno
-import functools
 import os
 import re
 import secrets
@@ -60,6 +59,7 @@ from agentgym.sandbox.base import (
     track,
 )
 from agentgym.sandbox.capture import OutputCapture
+from agentgym.sandbox.daemon import docker_client
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
 
@@ -69,23 +69,6 @@ __all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_c
 LABEL = "agentgym.sandbox"
 _CHUNK = 1 << 16
 _EXIT_POLL_S = 0.25  # how often a quiet exec is checked for having exited
-
-
-@functools.lru_cache(maxsize=1)
-def docker_client() -> Any:
-    """The process-wide docker SDK client (``docker.from_env``); :class:`SandboxError` with the
-    reason if the SDK is missing or the daemon does not answer."""
-    try:
-        import docker
-    except ImportError as exc:
-        raise SandboxError("the docker backend needs the docker SDK: pip install 'agentgym[docker]'") from exc
-    try:
-        client = docker.from_env(timeout=120, max_pool_size=64)
-        client.ping()
-    except docker.errors.DockerException as exc:
-        docker_client.cache_clear()
-        raise SandboxError(f"cannot reach the Docker daemon: {exc}") from exc
-    return client
 
 
 def _errors() -> Any:

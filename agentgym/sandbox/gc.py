@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agentgym.sandbox.base import HOST_DIR_PREFIX, SandboxError, host_dir_root
 from agentgym.sandbox.cgroups import Cgroups, parent_dirs
+from agentgym.sandbox.docker import remove_containers
 from agentgym.sandbox.mounts import unmount_under
 from agentgym.sandbox.owner import Owner, owner_alive
 
@@ -66,8 +67,6 @@ def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool
     report = GcReport()
     if docker:
         try:
-            from agentgym.sandbox.docker import remove_containers
-
             report.containers = remove_containers(older_than_s=older_than_s,
                                                   only_dead_owners=only_dead_owners)
         except SandboxError as exc:

@@ -31,10 +31,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import agentgym
 from agentgym._version import __version__
 from agentgym.cache import host_lock
+from agentgym.registry import list_envs
 from agentgym.sandbox.base import SandboxError, SandboxWarning
+from agentgym.sandbox.daemon import docker_client
+from agentgym.sandbox.docker import build_command
 
 __all__ = [
     "BUILD_LOCK",
@@ -53,6 +55,9 @@ __all__ = [
     "warn_if_stale",
 ]
 
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+"""The installed ``agentgym`` package (in a checkout, its ``agentgym/`` folder)."""
+
 DEFAULT_BASE_IMAGE = "python:3.11-slim-bookworm"
 OFFLINE_BASE_IMAGE = "agentgym/base:bookworm"
 BUILD_LOCK = "docker-images"
@@ -67,7 +72,7 @@ def family_packages(family: str) -> tuple[str, ...]:
     the image's own (``agentgym/base-<name>:bookworm-<digest of the package list>``); on another
     base the Dockerfile installs them."""
     packages: dict[str, None] = {}
-    for m in agentgym.list_envs().values():
+    for m in list_envs().values():
         if m.family == family:
             packages |= dict.fromkeys(m.system_packages)
     return tuple(packages)
@@ -77,7 +82,7 @@ def containers_dir() -> Path:
     """The ``containers/`` directory: ``$AGENTGYM_CONTAINERS``, else the one next to the
     agentgym source tree (a checkout; wheels do not ship it)."""
     path = Path(os.environ.get("AGENTGYM_CONTAINERS")
-                or Path(agentgym.__file__).resolve().parent.parent / "containers")
+                or _PACKAGE_DIR.parent / "containers")
     if not (path / "base" / "build.sh").is_file():
         raise SandboxError(f"no containers/ directory at {path}: building images needs a checkout "
                            "of agentgym's source (or AGENTGYM_CONTAINERS pointing at one)")
@@ -92,8 +97,6 @@ def image_families() -> list[str]:
 def _client(client: Any) -> Any:
     if client is not None:
         return client
-    from agentgym.sandbox.docker import docker_client
-
     return docker_client()
 
 
@@ -131,7 +134,7 @@ def source_digest() -> str:
     finds it: what :func:`build_images` bakes into an image (a few ms). The same in a checkout
     and in an installed wheel."""
     digest = hashlib.sha256()
-    root = Path(agentgym.__file__).resolve().parent
+    root = _PACKAGE_DIR
     for path in sorted(root.rglob("*")):
         if path.suffix in (".py", ".yaml") and "__pycache__" not in path.parts:
             digest.update(f"{path.relative_to(root)}\0".encode())
@@ -165,8 +168,6 @@ def warn_if_stale(tag: str, *, client: Any = None) -> None:
     _checked.add(tag)
     label = _source_label(_client(client), tag)
     if label is not None and label != source_digest():
-        from agentgym.sandbox.docker import build_command
-
         warnings.warn(f"image {tag} was built from other agentgym sources than this process "
                       f"runs, so its envs may behave differently: rebuild it with "
                       f"`{build_command(tag)}`", SandboxWarning, stacklevel=2)
@@ -209,7 +210,7 @@ def _image_extras(name: str) -> tuple[str, ...]:
     that the envs of family ``name`` declare."""
     if name in IMAGE_EXTRAS:
         return IMAGE_EXTRAS[name]
-    return tuple(sorted({e for m in agentgym.list_envs().values() if m.family == name
+    return tuple(sorted({e for m in list_envs().values() if m.family == name
                          for e in m.extras}))
 
 

@@ -53,7 +53,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-import agentgym
 from agentgym.sandbox.base import (
     ExecResult,
     Sandbox,
@@ -134,7 +133,7 @@ def _python_paths() -> list[str]:
     """The Python installation, the virtual environment and the agentgym package (from an
     editable install, its folder only: never the checkout with its ``.git`` and runs)."""
     paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-             str(Path(agentgym.__file__).resolve().parent)}
+             str(Path(__file__).resolve().parents[1])}
     return sorted(paths | {os.path.realpath(p) for p in paths})
 
 

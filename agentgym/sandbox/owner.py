@@ -20,6 +20,9 @@ import re
 import socket
 from dataclasses import dataclass
 
+from agentgym.sandbox.daemon import docker_client
+from agentgym.sandbox.errors import SandboxError
+
 __all__ = ["Owner", "current_container", "current_owner", "owner_alive"]
 
 # The container's /etc/hostname is a bind mount of <docker root>/containers/<id>/hostname.
@@ -88,9 +91,6 @@ def current_owner() -> Owner:
 
 def _container_running(container: str) -> bool:
     """Whether the Docker daemon runs ``container``; ``True`` when it cannot be asked."""
-    from agentgym.sandbox.base import SandboxError
-    from agentgym.sandbox.docker import docker_client
-
     try:
         api = docker_client().api
     except SandboxError:  # no docker SDK, or no daemon

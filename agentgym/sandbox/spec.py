@@ -8,7 +8,9 @@ from typing import Any, Literal
 from agentgym._version import __version__
 from agentgym.registry import EnvManifest, manifest
 from agentgym.sandbox.base import Sandbox
+from agentgym.sandbox.docker import DockerSandbox
 from agentgym.sandbox.limits import SandboxLimits, limits_for
+from agentgym.sandbox.local import LocalSandbox
 
 __all__ = ["Backend", "SandboxSpec", "create_sandbox", "image_for"]
 
@@ -31,14 +33,10 @@ def create_sandbox(backend: Backend, *, image: str | None = None,
     if backend == "local":
         if image is not None:
             raise ValueError("the local backend runs on the host and takes no image")
-        from agentgym.sandbox.local import LocalSandbox
-
         return LocalSandbox(limits, session=session, **options)
     if backend == "docker":
         if image is None:
             raise ValueError("the docker backend needs an image")
-        from agentgym.sandbox.docker import DockerSandbox
-
         return DockerSandbox(image, limits, session=session, **options)
     raise ValueError(f"unknown sandbox backend {backend!r}; choose 'local' or 'docker'")
 

@@ -58,8 +58,8 @@ from agentgym.server.bodies import (
     required_object,
     required_str,
 )
-from agentgym.server.envs import KINDS, check_client_kwargs, hostable_envs, make_env
 from agentgym.server.errors import ApiError
+from agentgym.server.hostable import KINDS, check_client_kwargs, hostable_envs, make_env
 from agentgym.server.jsonsafe import dumps
 from agentgym.server.sessions import Session, SessionStore
 from agentgym.server.spaces import describe_space
@@ -84,7 +84,7 @@ class ServerConfig:
             registered id. Others answer 403 ``env_not_allowed``.
         allow_entry_points: accept ``"module:factory"`` env ids (runs code the client names).
         allowed_kwargs: constructor kwargs clients may set beyond those the env's manifest
-            declares safe for clients, with no ceiling (see :mod:`~agentgym.server.envs`);
+            declares safe for clients, with no ceiling (see :mod:`~agentgym.server.hostable`);
             ``None``: every kwarg (a server whose only client is its operator).
         data_root: the directory inside which clients' host paths (an env's ``path_kwargs``
             the operator allowed) are resolved; ``None``: clients name no host path.

@@ -295,7 +295,7 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
     """A PettingZoo ``ParallelEnv`` whose env runs in a session of the env server at ``url``.
 
     Same session rules and arguments as :class:`RemoteEnv` (``env_id`` names a parallel env the
-    server hosts, see :mod:`agentgym.server.envs`), plus async ``areset``/``astep``. Agent names
+    server hosts, see :mod:`agentgym.server.hostable`), plus async ``areset``/``astep``. Agent names
     keep their JSON type in ``possible_agents`` and ``agents``, and the dicts returned are keyed
     by them again (JSON object keys are strings).
     """

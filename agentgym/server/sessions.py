@@ -38,8 +38,8 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym.env import TextEnv
-from agentgym.server.envs import Kind
 from agentgym.server.errors import ApiError
+from agentgym.server.hostable import Kind
 
 __all__ = ["Session", "SessionStore"]
 

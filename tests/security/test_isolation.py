@@ -41,7 +41,8 @@ from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fi
 
 import agentgym
 from agentgym.envs.tooluse.env import WORKSPACE_BYTES
-from agentgym.sandbox import EnvServerPool, build_images
+from agentgym.hosting import EnvServerPool
+from agentgym.sandbox import build_images
 from agentgym.sandbox.local import bwrap_usable
 
 TOOLUSE = "agentgym/ToolUse-v0"

@@ -1,4 +1,4 @@
-"""Envs whose env server runs in a sandbox: ``agentgym.make(env_id, sandbox="local" | "docker")``.
+"""Env servers in sandboxes, handing out sessions: ``agentgym.make(env_id, sandbox=...)``.
 
 An :class:`EnvServerPool` keeps env servers in sandboxes of one backend and hands out
 :class:`~agentgym.server.RemoteEnv` sessions on them::
@@ -24,7 +24,7 @@ when a server's last session ends, its sandbox goes back to the pool, which keep
 running) if it has room (``warm``), else closes it. At interpreter exit the sandboxes' own exit
 hooks close every sandbox (and remove every container); :meth:`EnvServerPool.close` closes all
 of its sandboxes at once. A server found dead (a call could not reach it) takes no new sessions,
-its errors say why (:func:`~agentgym.sandbox.envserver.why_gone`), and its sandbox is closed,
+its errors say why (:func:`~agentgym.hosting.envserver.why_gone`), and its sandbox is closed,
 not recycled, once its last session ends; the pool starts replacements on demand.
 """
 
@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Self
 
+from agentgym.hosting.envserver import SERVER_PORT, server_answers, start_server, why_gone
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
 from agentgym.sandbox.client import parse_endpoint
-from agentgym.sandbox.envserver import SERVER_PORT, server_answers, start_server, why_gone
 from agentgym.sandbox.images import warn_if_stale
 from agentgym.sandbox.pool import SandboxPool
 from agentgym.sandbox.spec import Backend, SandboxSpec
