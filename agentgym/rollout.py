@@ -36,7 +36,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from agentgym.env import TextEnv
+from agentgym.asyncenv import async_twins
 from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
@@ -216,17 +216,20 @@ async def _close_quietly(env: Any) -> None:
 
 
 def _async_api(env: gym.Env):
-    """(areset, astep, interruptible) for ``env``.
+    """(areset, astep, interruptible) for ``env``, every wrapper on it honoured.
 
-    A :class:`TextEnv` is driven directly through its async twins (wrappers that
-    ``gymnasium.make`` added, such as the passive checker, are bypassed: the engine enforces
-    ``max_turns`` itself); any other env runs in a worker thread. ``interruptible`` is False for
-    a TextEnv that steps on the event loop: such a call cannot be timed out, so no timer is set;
-    a TextEnv whose async twins await I/O (a remote env) says ``interruptible = True``.
+    A :class:`~agentgym.env.TextEnv` is driven through its async twins, with the wrappers that have an async
+    form applied around them (:func:`~agentgym.asyncenv.async_twins`; Gymnasium's order
+    enforcing and passive checker are bypassed: the engine enforces ``max_turns`` itself); any
+    other env, or one wrapped in a wrapper with a ``step``/``reset`` of its own, runs through its
+    sync methods in a worker thread. ``interruptible`` is False for a TextEnv that steps on the
+    event loop: such a call cannot be timed out, so no timer is set; a TextEnv whose async twins
+    await I/O (a remote env) says ``interruptible = True``.
     """
-    core = env.unwrapped
-    if isinstance(core, TextEnv):
-        return core.areset, core.astep, getattr(core, "interruptible", core.step_in_thread)
+    twins = async_twins(env)
+    if twins is not None:
+        core = env.unwrapped
+        return twins.areset, twins.astep, getattr(core, "interruptible", core.step_in_thread)
 
     async def areset(*, seed=None, options=None):
         return await asyncio.to_thread(env.reset, seed=seed, options=options)
@@ -418,22 +421,20 @@ async def acollect(
         raise ValueError("sandbox= needs an env id, not a factory: the env is made inside the "
                          "sandbox")
     tasks = list(tasks)
-    if isinstance(env, str):
-        env_id, family = env, manifest(env).family
-    else:
-        env_id, family = getattr(env, "env_id", getattr(env, "__name__", "env")), None
-    if prompter is None:
-        prompter = Prompter(family=family or "misc")
+    env_id = env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "env"))
     slots = asyncio.Semaphore(concurrency)
     units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]
     stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
     started = time.perf_counter()
-    bar, bar_id = progress_bar(env_id, len(units), progress)
     servers, own_servers = _server_pool(sandbox)
+    pool = EnvPool(_env_factory(env, env_kwargs or {}, servers),
+                   servers.usable if servers is not None else None)
+    if prompter is None:
+        prompter = Prompter(family=await _family(env, pool) if units else "misc")
+    bar, bar_id = progress_bar(env_id, len(units), progress)
     run = _Run(
         env_id=env_id,
-        pool=EnvPool(_env_factory(env, env_kwargs or {}, servers),
-                      servers.usable if servers is not None else None),
+        pool=pool,
         batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
                                getattr(policy, "max_concurrent_batches", None),
                                (timeouts or Timeouts()).generate),
@@ -467,6 +468,20 @@ async def acollect(
             if own_servers:
                 assert servers is not None
                 await servers.aclose()
+
+
+async def _family(env: str | EnvFactory, pool: EnvPool) -> str:
+    """The family whose prompt ``env``'s episodes get: a registered id's manifest says; a factory's
+    env says itself (its core's ``family``), so both ways of naming an env prompt alike. The env
+    made to ask goes back to ``pool`` for the first episode."""
+    if isinstance(env, str):
+        return manifest(env).family
+    try:
+        made = await pool.acquire()
+    except Exception:  # every episode will make its own env and report this failure
+        return "misc"
+    await pool.release(made, healthy=True)
+    return getattr(made.unwrapped, "family", "misc")
 
 
 def _env_factory(env: str | EnvFactory, kwargs: dict[str, Any],

@@ -4,9 +4,12 @@ A :class:`Session` serializes the calls made to its env (one at a time, in arriv
 runs them without blocking the event loop, as the env asks:
 
 * a :class:`~agentgym.env.TextEnv` that implements its async twins natively (browser, remote) is
-  awaited through ``areset``/``astep`` on its unwrapped core, as the rollout engine does
-  (wrappers that ``make`` added are bypassed: they have no async twins);
-* any other env is called through the wrappers ``make`` added, directly on the event loop when
+  awaited through them, as the rollout engine does, with its wrappers applied around them
+  (:func:`~agentgym.asyncenv.async_twins`: ``make``'s order enforcing and passive checker are
+  bypassed);
+* any other env, and a native one inside a wrapper that is only synchronous (``TimeLimit`` from
+  ``max_episode_steps``, a plugin's own), is called through all of its wrappers, directly on the
+  event loop when
   its core says ``step_in_thread = False`` (pure-Python envs that step in microseconds, where a
   thread hop would cost more than the step) and in the session's own worker thread otherwise.
   Envs that do not say (plain Gymnasium envs, PettingZoo envs) run in a thread.
@@ -37,6 +40,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym.asyncenv import async_twins
 from agentgym.env import TextEnv
 from agentgym.server.errors import ApiError
 from agentgym.server.hostable import Kind
@@ -65,8 +69,9 @@ class Session:
         self.env = env
         core = env.unwrapped
         self.core = core
-        self._native = isinstance(core, TextEnv) and (
+        native = isinstance(core, TextEnv) and (
             type(core).areset is not TextEnv.areset or type(core).astep is not TextEnv.astep)
+        self._twins = async_twins(env) if native else None
         self.inline = not getattr(core, "step_in_thread", True)
         self.text_actions = isinstance(core, TextEnv)
         self.broken: str | None = None
@@ -98,8 +103,8 @@ class Session:
             self._worker, functools.partial(fn, *args, **kwargs))
 
     async def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._native:
-            return await getattr(self.core, f"a{method}")(*args, **kwargs)
+        if self._twins is not None:
+            return await getattr(self._twins, f"a{method}")(*args, **kwargs)
         return await self._run(getattr(self.env, method), *args, **kwargs)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
