@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env
 
 from agentgym.env import TextEnv
-from agentgym.registry import make
+from agentgym.registry import make, manifest
 
 __all__ = ["BAD_ACTIONS", "EnvContractError", "check_text_env"]
 
@@ -43,7 +43,7 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
     the same observations, rewards, ends and state keys) and by task id (``options={"task_id":
     t}`` with another seed gives the same start); :data:`BAD_ACTIONS` answered as invalid
     actions without raising or setting ``info["error"]`` (reserved for infrastructure); a
-    non-``str`` action a ``TypeError``.
+    non-``str`` action a ``TypeError``; for an id, its manifest's ``family`` the env class's.
 
     Args:
         env: an id (made with :func:`agentgym.make`, closed at the end) or an env (left open).
@@ -65,6 +65,9 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
     second = ((lambda: make(env)) if isinstance(env, str) else make_env) if across_instances \
         else None
     problems: list[str] = []
+    if owned and (said := manifest(env).family) != (own := getattr(instance.unwrapped, "family", None)):
+        problems.append(f"the manifest's family {said!r} is not the env class's {own!r} (prompts "
+                        "and reports would depend on how the env was named)")
     try:
         _check(instance, second, problems, seeds, steps, same_observations)
     finally:

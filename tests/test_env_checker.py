@@ -107,3 +107,20 @@ def test_not_a_text_env() -> None:
 
     with pytest.raises(EnvContractError, match="not an agentgym.env.TextEnv"):
         check_text_env(gym.make("CartPole-v1"))
+
+
+def test_a_manifest_that_names_another_family_is_named(monkeypatch) -> None:
+    import gymnasium as gym
+
+    from agentgym import registry
+
+    env_id = "checker-test/Counter-v0"
+    monkeypatch.setattr(registry, "_manifests", dict(registry._manifests))  # left as it was
+    agentgym.register(env_id, entry_point=f"{__name__}:Counter",
+                      manifest=agentgym.EnvManifest(family="web"))
+    try:
+        with pytest.raises(EnvContractError, match="the manifest's family 'web' is not the "
+                                                   "env class's 'misc'"):
+            check_text_env(env_id)
+    finally:
+        del gym.registry[env_id]
