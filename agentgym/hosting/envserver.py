@@ -16,8 +16,8 @@ import time
 
 import httpx
 
+from agentgym.http import http_client
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
-from agentgym.sandbox.client import http_client
 
 __all__ = ["SERVER_PORT", "python_in", "server_answers", "server_command", "start_server",
            "why_gone"]

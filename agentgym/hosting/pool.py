@@ -41,8 +41,8 @@ from functools import partial
 from typing import Any, Self
 
 from agentgym.hosting.envserver import SERVER_PORT, server_answers, start_server, why_gone
+from agentgym.http import parse_endpoint
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
-from agentgym.sandbox.client import parse_endpoint
 from agentgym.sandbox.images import warn_if_stale
 from agentgym.sandbox.pool import SandboxPool
 from agentgym.sandbox.spec import Backend, SandboxSpec

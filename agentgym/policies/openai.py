@@ -8,6 +8,9 @@ ids and logprobs are filled only where the server returns them (vLLM does when a
 The API key is read from the environment variable named by ``api_key_env`` when the policy is
 made; it is sent as a Bearer token and appears nowhere else: not in the config, the repr, error
 messages or logs.
+
+:func:`served_models` and :func:`require_served` check any OpenAI-compatible server (vLLM's
+too) before a run: one request, no retries.
 """
 
 from __future__ import annotations
@@ -20,21 +23,64 @@ from typing import Any
 
 import httpx
 
-from agentgym.policies.vllm import (
-    CHECK_TIMEOUT_S,
+from agentgym.http import (
     PerLoop,
+    async_http_client,
+    describe_error,
     request_with_retries,
-    require_served,
-    served_models,
+    url_of,
 )
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
 
-__all__ = ["OpenAIPolicy", "OpenAIRequestError"]
+__all__ = ["CHECK_TIMEOUT_S", "OpenAIPolicy", "OpenAIRequestError", "require_served",
+           "served_models"]
+
+#: Upper bound on the one attempt of a ``check`` (seconds): a server that is up answers
+#: its model list at once, even while it generates.
+CHECK_TIMEOUT_S = 10.0
 
 
 class OpenAIRequestError(RuntimeError):
     """A chat completion failed for good (after retries where they apply), or its answer is not
     a chat completion."""
+
+
+async def served_models(client: httpx.AsyncClient, path: str, *, timeout: float,
+                        refused: str = "") -> list[dict[str, Any]]:
+    """The model list (``data``) of an OpenAI-compatible server from ``GET path``, asked once.
+
+    Raises :class:`~agentgym.policy.PolicyUnavailable`, naming the URL and the cause, when
+    there is no answer within ``timeout`` seconds (connection refused fails at once), when the
+    server refuses the request (401/403; ``refused`` is added to the message: what key was
+    sent), or for any other error answer.
+    """
+    url = url_of(client, path)
+    try:
+        async with asyncio.timeout(timeout):
+            response = await client.get(path)
+    except (TimeoutError, httpx.TimeoutException):
+        raise PolicyUnavailable(f"no answer from {url} within {timeout} s") from None
+    except httpx.TransportError as exc:
+        raise PolicyUnavailable(f"cannot reach {url}: {describe_error(exc)}") from None
+    if response.status_code in (401, 403):
+        raise PolicyUnavailable(f"{url} refused the request (HTTP {response.status_code}: "
+                                f"{response.text[:200]}){refused}")
+    if response.status_code >= 400:
+        raise PolicyUnavailable(f"GET {url} failed: HTTP {response.status_code}: "
+                                f"{response.text[:500]}")
+    try:
+        return list(response.json()["data"])
+    except (ValueError, KeyError, TypeError):
+        raise PolicyUnavailable(f"GET {url} did not answer an OpenAI model list: "
+                                f"{response.text[:200]!r}") from None
+
+
+def require_served(models: list[dict[str, Any]], model: str, url: str) -> None:
+    """Raise :class:`~agentgym.policy.PolicyUnavailable` unless ``model`` is one of the ``id``
+    s of ``models`` (the list :func:`served_models` returned for ``url``)."""
+    ids = [m.get("id") for m in models]
+    if model not in ids:
+        raise PolicyUnavailable(f"model {model!r} is not served at {url} (served: {ids})")
 
 
 class _Secret:
@@ -61,8 +107,10 @@ class OpenAIPolicy:
             none); :meth:`check` says so if the server then refuses.
         timeout: seconds per HTTP attempt.
         max_retries, backoff: connection errors, 429 and 5xx answers are retried
-            ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
-            another 4xx answer is not (see :func:`~agentgym.policies.vllm.request_with_retries`).
+            ``max_retries`` times, the k-th retry after a random time of at most
+            ``backoff * 2**k`` seconds (k = 0, 1, ...; exponential backoff with full jitter) or
+            after the answer's ``Retry-After``; a timeout or another 4xx answer is not (see
+            :func:`~agentgym.http.request_with_retries`).
         max_concurrency: chat completions in flight at once (more wait their turn, and their
             timeout starts only then).
         extra_body: fields added to every request body (server extensions such as vLLM's
@@ -96,8 +144,8 @@ class OpenAIPolicy:
         key = os.environ.get(api_key_env) if api_key_env else None
         self._key = _Secret(key) if key else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = PerLoop(lambda: httpx.AsyncClient(
-            base_url=self.base_url, timeout=self.timeout, headers=headers,
+        self._client = PerLoop(lambda: async_http_client(
+            self.base_url, timeout=self.timeout, headers=headers,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
         self._slots = PerLoop(lambda: asyncio.Semaphore(self.max_concurrency))
 

@@ -16,27 +16,25 @@ of the model's ``generation_config.json`` (``--generation-config vllm``): a requ
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Generic, TypeVar
+from typing import Any
 
 import httpx
 
+from agentgym.http import PerLoop, async_http_client, request_with_retries
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
+from agentgym.policies.openai import CHECK_TIMEOUT_S, require_served, served_models
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
+from agentgym.process import LOG_TAIL_LINES, ManagedProcess, ProcessStartError
 
-__all__ = ["CHECK_TIMEOUT_S", "PerLoop", "VLLMPolicy", "VLLMRequestError", "VLLMServer",
-           "VLLMServerError", "request_with_retries", "require_served", "served_models",
-           "vllm_policy"]
+__all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError", "vllm_policy"]
 
 #: Environment every server gets: internal sockets on loopback, no usage reporting.
 _BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
@@ -47,10 +45,6 @@ _CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M", "--no-enable-
 #: Context cap on CPU, which is also the step budget without chunked prefill (tokens).
 _CPU_MAX_MODEL_LEN = 8192
 _HEALTH_POLL_S = 0.5
-_LOG_TAIL_LINES = 40
-#: Upper bound on the one attempt of a ``check`` (seconds): a server that is up answers
-#: ``/v1/models`` at once, even while it generates.
-CHECK_TIMEOUT_S = 10.0
 
 
 class VLLMServerError(RuntimeError):
@@ -87,41 +81,6 @@ def _cpu_args(model_path: str) -> list[str]:
     return [*_CPU_ARGS, "--max-model-len", str(length), "--max-num-batched-tokens", str(length)]
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether process group ``pgid`` has a member that is not a zombie."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: signal 0 also counts zombies, which is the safe side
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):  # the process ended while we looked
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            return True
-    return False
-
-
-def _wait_group_gone(pgid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _group_alive(pgid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass
-
-
 class VLLMServer:
     """A local vLLM OpenAI-compatible server, as a context manager (sync or async).
 
@@ -153,8 +112,12 @@ class VLLMServer:
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.env = dict(env or {})
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._server: ManagedProcess | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The server's process, the leader of its group (None before starting)."""
+        return None if self._server is None else self._server.process
 
     @property
     def base_url(self) -> str:
@@ -175,103 +138,52 @@ class VLLMServer:
         return cmd + list(self.extra_args)
 
     def _environment(self) -> dict[str, str]:
-        env = {**os.environ, **_BASE_ENV, **self.env}
+        env = {**_BASE_ENV, **self.env}
         if self.enable_lora:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         return env
 
-    def _spawn(self) -> None:
+    def _spawn(self) -> ManagedProcess:
+        if self._server is not None:
+            raise RuntimeError("VLLMServer already started")
         command = self.command()  # resolves (maybe converts) the model before anything runs
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self._log,
-                                        stderr=subprocess.STDOUT, env=self._environment(),
-                                        start_new_session=True)
-        atexit.register(self.stop)
+        self._server = ManagedProcess(
+            command, name=f"vLLM server for {self.model_name!r} on port {self.port}",
+            log_path=self.log_path, env=self._environment())
+        return self._server.start()
 
-    def _check_starting(self, deadline: float) -> None:
-        """Raise :class:`VLLMServerError` if the process died or the deadline passed."""
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise VLLMServerError(self._failure(f"exited with code {self.process.returncode}"))
-        if time.monotonic() > deadline:
-            raise VLLMServerError(self._failure(f"not healthy after {self.startup_timeout} s"))
-
-    def _failure(self, what: str) -> str:
-        return (f"vLLM server for {self.model_name!r} on port {self.port} {what}; "
-                f"log {self.log_path}, last lines:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the server log."""
-        try:
-            with open(self.log_path, "rb") as log:
-                log.seek(0, os.SEEK_END)
-                log.seek(max(0, log.tell() - 200 * lines))
-                text = log.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return "" if self._server is None else self._server.log_tail(lines)
 
     def start(self) -> VLLMServer:
         """Start the server and block until it is healthy; stop it on any failure."""
-        if self.process is not None:
-            raise RuntimeError("VLLMServer already started")
-        deadline = time.monotonic() + self.startup_timeout
         try:
-            self._spawn()
-            with httpx.Client(base_url=self.base_url, timeout=_HEALTH_POLL_S * 4) as client:
-                while True:
-                    self._check_starting(deadline)
-                    try:
-                        if client.get("/health").status_code == 200:
-                            return self
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(_HEALTH_POLL_S)
-        except BaseException:
-            self.stop()
-            raise
+            self._spawn().wait_ready(self.base_url, timeout=self.startup_timeout,
+                                     interval=_HEALTH_POLL_S)
+        except ProcessStartError as exc:
+            raise VLLMServerError(str(exc)) from None
+        return self
 
     async def astart(self) -> VLLMServer:
         """:meth:`start` without blocking the event loop."""
-        if self.process is not None:
-            raise RuntimeError("VLLMServer already started")
-        deadline = time.monotonic() + self.startup_timeout
         try:
-            self._spawn()
-            async with httpx.AsyncClient(base_url=self.base_url,
-                                         timeout=_HEALTH_POLL_S * 4) as client:
-                while True:
-                    self._check_starting(deadline)
-                    try:
-                        if (await client.get("/health")).status_code == 200:
-                            return self
-                    except httpx.TransportError:
-                        pass
-                    await asyncio.sleep(_HEALTH_POLL_S)
-        except BaseException:
-            await asyncio.to_thread(self.stop)
-            raise
+            await self._spawn().await_ready(self.base_url, timeout=self.startup_timeout,
+                                            interval=_HEALTH_POLL_S)
+        except ProcessStartError as exc:
+            raise VLLMServerError(str(exc)) from None
+        return self
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the process group: SIGTERM, then SIGKILL for what is left after ``grace``
         seconds. Returns once no member is running. Idempotent."""
-        atexit.unregister(self.stop)
-        if self.process is not None:
-            pgid = self.process.pid  # start_new_session: the server leads its own group
-            _signal_group(pgid, signal.SIGTERM)
-            if not _wait_group_gone(pgid, grace):
-                _signal_group(pgid, signal.SIGKILL)
-                _wait_group_gone(pgid, grace)
-            self.process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        if self._server is not None:
+            self._server.stop(grace)
 
     @property
     def running(self) -> bool:
         """Whether any process of the server's group is still running."""
-        return self.process is not None and _group_alive(self.process.pid)
+        return self._server is not None and self._server.running
 
     def __enter__(self) -> VLLMServer:
         return self.start()
@@ -284,132 +196,6 @@ class VLLMServer:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.to_thread(self.stop)
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message``, plus the innermost cause (e.g. ``ConnectionRefusedError``)."""
-    root = exc
-    while (root.__cause__ or root.__context__) is not None:
-        root = root.__cause__ or root.__context__  # type: ignore[assignment]
-    text = f"{type(exc).__name__}: {exc}"
-    return text if root is exc else f"{text} ({type(root).__name__}: {root})"
-
-
-def _content(response: httpx.Response) -> Any:
-    if "json" in response.headers.get("content-type", ""):
-        return response.json()
-    return response.text
-
-
-def _retryable(status: int) -> bool:
-    """Whether an error answer may go away by itself: rate limiting (429) or a server error."""
-    return status == 429 or status >= 500
-
-
-def _url(client: httpx.AsyncClient, path: str) -> str:
-    """The absolute URL of ``path`` on ``client``'s base URL, for messages."""
-    return str(client.base_url).rstrip("/") + path
-
-
-T = TypeVar("T")
-
-
-class PerLoop(Generic[T]):
-    """One object per running event loop, made by ``factory`` on first use in that loop.
-
-    httpx async clients and asyncio primitives belong to the loop they were first used in; a
-    policy driven by several ``asyncio.run`` calls in turn needs a fresh one in each. Only the
-    object of the latest loop is kept (the one of a finished loop cannot be closed anyway).
-    """
-
-    def __init__(self, factory: Callable[[], T]):
-        self.factory = factory
-        self._value: T | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def get(self) -> T:
-        """The running loop's object (made now if this loop has none)."""
-        loop = asyncio.get_running_loop()
-        if self._value is None or self._loop is not loop:
-            self._value, self._loop = self.factory(), loop
-        return self._value
-
-    def pop(self) -> T | None:
-        """Forget the object; return it if it belongs to the running loop (to close it)."""
-        value, loop = self._value, self._loop
-        self._value = self._loop = None
-        return value if loop is asyncio.get_running_loop() else None
-
-
-async def request_with_retries(client: httpx.AsyncClient, method: str, path: str,
-                               body: dict[str, Any] | None = None, *, timeout: float,
-                               max_retries: int, backoff: float,
-                               error: type[Exception] = VLLMRequestError) -> Any:
-    """The answer of ``method path`` on ``client`` (parsed JSON, or text for other content
-    types).
-
-    Every attempt is bounded by ``timeout`` seconds; connection errors, 429 and 5xx answers are
-    retried ``max_retries`` times after ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or
-    another 4xx answer is not retried. A failure raises ``error`` with a message that names the
-    method, the URL and the cause (the last one after retries).
-    """
-    url = _url(client, path)
-    attempts = max_retries + 1
-    for attempt in range(attempts):
-        try:
-            async with asyncio.timeout(timeout):
-                response = await client.request(method, path, json=body)
-        except (TimeoutError, httpx.TimeoutException):
-            raise error(f"{method} {url} timed out after {timeout} s") from None
-        except httpx.TransportError as exc:
-            cause = _describe(exc)
-        else:
-            if response.status_code < 400:
-                return _content(response)
-            cause = f"HTTP {response.status_code}: {response.text[:500]}"
-            if not _retryable(response.status_code):
-                raise error(f"{method} {url} failed: {cause}")
-        if attempt + 1 < attempts:
-            await asyncio.sleep(backoff * 2**attempt)
-    raise error(f"{method} {url} failed after {attempts} attempts: {cause}")
-
-
-async def served_models(client: httpx.AsyncClient, path: str, *, timeout: float,
-                        refused: str = "") -> list[dict[str, Any]]:
-    """The model list (``data``) of an OpenAI-compatible server from ``GET path``, asked once.
-
-    Raises :class:`~agentgym.policy.PolicyUnavailable`, naming the URL and the cause, when
-    there is no answer within ``timeout`` seconds (connection refused fails at once), when the
-    server refuses the request (401/403; ``refused`` is added to the message: what key was
-    sent), or for any other error answer.
-    """
-    url = _url(client, path)
-    try:
-        async with asyncio.timeout(timeout):
-            response = await client.get(path)
-    except (TimeoutError, httpx.TimeoutException):
-        raise PolicyUnavailable(f"no answer from {url} within {timeout} s") from None
-    except httpx.TransportError as exc:
-        raise PolicyUnavailable(f"cannot reach {url}: {_describe(exc)}") from None
-    if response.status_code in (401, 403):
-        raise PolicyUnavailable(f"{url} refused the request (HTTP {response.status_code}: "
-                                f"{response.text[:200]}){refused}")
-    if response.status_code >= 400:
-        raise PolicyUnavailable(f"GET {url} failed: HTTP {response.status_code}: "
-                                f"{response.text[:500]}")
-    try:
-        return list(response.json()["data"])
-    except (ValueError, KeyError, TypeError):
-        raise PolicyUnavailable(f"GET {url} did not answer an OpenAI model list: "
-                                f"{response.text[:200]!r}") from None
-
-
-def require_served(models: list[dict[str, Any]], model: str, url: str) -> None:
-    """Raise :class:`~agentgym.policy.PolicyUnavailable` unless ``model`` is one of the ``id``
-    s of ``models`` (the list :func:`served_models` returned for ``url``)."""
-    ids = [m.get("id") for m in models]
-    if model not in ids:
-        raise PolicyUnavailable(f"model {model!r} is not served at {url} (served: {ids})")
 
 
 def _first_base(models: list[dict[str, Any]]) -> str | None:
@@ -426,12 +212,14 @@ class VLLMPolicy:
     ``response_ids`` (special tokens skipped). ``response_ids`` and ``logprobs`` (one per response
     token, natural log) are the server's, never re-tokenized.
 
-    Every HTTP call follows :func:`request_with_retries`: each attempt is bounded by ``timeout``
-    seconds; connection errors, 429 and 5xx answers are retried ``max_retries`` times after
-    ``backoff * 2**k`` seconds (k = 0, 1, ...); a timeout or another 4xx answer is not retried.
-    Failures raise :class:`VLLMRequestError` naming the URL and the cause. ``max_batch_size =
-    1``: the rollout engine sends each request as its own call with its own timeout, and the
-    server batches them. :meth:`check` asks the server once, without retries.
+    Every HTTP call follows :func:`~agentgym.http.request_with_retries`: each attempt is bounded
+    by ``timeout`` seconds; connection errors, 429 and 5xx answers are retried ``max_retries``
+    times, the k-th retry after a random time of at most ``backoff * 2**k`` seconds (k = 0, 1,
+    ...; exponential backoff with full jitter) or after the answer's ``Retry-After``; a timeout
+    or another 4xx answer is not retried. Failures raise :class:`VLLMRequestError` naming the
+    URL and the cause. ``max_batch_size = 1``: the rollout engine sends each request as its own
+    call with its own timeout, and the server batches them. :meth:`check` asks the server once,
+    without retries.
 
     ``served_model`` is the base model's name on the server (default: asked from ``/v1/models``).
     ``lora`` names a LoRA adapter already loaded on the server to use instead of the base model.
@@ -456,8 +244,8 @@ class VLLMPolicy:
         """Incremented by every :meth:`load_lora` (a weight push)."""
         self.server: VLLMServer | None = None
         """The server this policy launched and stops in :meth:`aclose` (see :meth:`launch`)."""
-        self._client = PerLoop(lambda: httpx.AsyncClient(
-            base_url=self.base_url, timeout=self.timeout,
+        self._client = PerLoop(lambda: async_http_client(
+            self.base_url, timeout=self.timeout,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
 
     @classmethod
@@ -480,7 +268,7 @@ class VLLMPolicy:
         retry and timeout rules of the class."""
         return await request_with_retries(self._client.get(), method, path, body,
                                           timeout=self.timeout, max_retries=self.max_retries,
-                                          backoff=self.backoff)
+                                          backoff=self.backoff, error=VLLMRequestError)
 
     async def base_model(self) -> str:
         """The served name of the base model (asked from ``/v1/models`` once if not given)."""

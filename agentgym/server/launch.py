@@ -8,7 +8,9 @@ The child runs ``[*command_prefix, python, "-m", "agentgym.server", ...]``: a sa
 own launcher in ``command_prefix`` (``["bwrap", "--unshare-all", ..., "--"]``) and must make
 :attr:`ServerProcess.workdir` visible at the same path inside (the ready file, the log and a
 Unix socket live there). Readiness follows :mod:`agentgym.server.serve`: the child writes
-``workdir/ready.json``; the parent then checks ``GET /health``.
+``workdir/ready.json``; the parent then checks ``GET /health``. The child is an
+:class:`agentgym.process.ManagedProcess`: its whole process group is stopped by ``stop``, after
+a failed start, and at interpreter exit.
 """
 
 from __future__ import annotations
@@ -16,41 +18,41 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import httpx
-
+from agentgym.http import HealthCheck
+from agentgym.process import (
+    LOG_TAIL_LINES,
+    ManagedProcess,
+    ProcessStartError,
+    ProcessStartTimeout,
+    wait_until,
+)
 from agentgym.server.auth import TOKEN_ENV, auth_headers, server_token
 
 __all__ = ["ServerProcess", "wait_healthy"]
+
+_POLL_S = 0.02
+
+
+def _health_check(url: str, uds: str | None, token: str | None) -> HealthCheck:
+    return HealthCheck(url, uds=uds, headers=auth_headers(server_token(token)))
 
 
 def wait_healthy(url: str, timeout: float, *, uds: str | None = None,
                  token: str | None = None) -> dict[str, Any]:
     """Poll ``GET url/health`` until it answers 200 (returns its JSON) or ``timeout`` seconds
     pass (``TimeoutError``); ``token`` as for :class:`~agentgym.server.transport.Transport`."""
-    transport = httpx.HTTPTransport(uds=uds) if uds else None
-    deadline = time.monotonic() + timeout
-    with httpx.Client(base_url=url, transport=transport, trust_env=False, timeout=2.0,
-                      headers=auth_headers(server_token(token))) as client:
-        while True:
-            try:
-                response = client.get("/health")
-                if response.status_code == 200:
-                    return response.json()
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no healthy env server at {url} after {timeout} s")
-            time.sleep(0.02)
+    def expired() -> TimeoutError:
+        return TimeoutError(f"no healthy env server at {url} after {timeout} s")
+    with _health_check(url, uds, token) as healthy:
+        return wait_until(healthy, timeout=timeout, interval=_POLL_S, expired=expired).json()
 
 
 class ServerProcess:
@@ -113,10 +115,15 @@ class ServerProcess:
         self.env = dict(env or {}) | ({TOKEN_ENV: self.token} if self.token else {})
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
-        self.process: subprocess.Popen[bytes] | None = None
+        self._server: ManagedProcess | None = None
         self.ready: dict[str, Any] = {}
         self.url = ""
         self.uds: str | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The child (None before :meth:`start`)."""
+        return None if self._server is None else self._server.process
 
     @property
     def pid(self) -> int:
@@ -141,76 +148,60 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         """Start the child and wait until ``GET /health`` answers; raises ``RuntimeError`` (the
         child exited; the log's tail attached) or ``TimeoutError``, after cleaning up."""
-        if self.process is not None:
+        if self._server is not None:
             raise RuntimeError("the server was already started")
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="agentgym-server-"))
         ready_file = self.workdir / "ready.json"
         ready_file.unlink(missing_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, **self.env}, start_new_session=True)
+        self._server = ManagedProcess(self.command(), name="the env server",
+                                      log_path=self.log_path, env=self.env,
+                                      stop_timeout=self.stop_timeout).start()
         try:
-            self.ready = self._wait_ready_file(ready_file)
-            self.url, self.uds = self.ready["url"], self.ready.get("uds")
-            wait_healthy(self.url, max(self.startup_timeout, 1.0), uds=self.uds,
-                         token=self.token)
+            self._wait_serving(self._server, ready_file)
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _wait_ready_file(self, ready_file: Path) -> dict[str, Any]:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while not ready_file.exists():
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the env server exited with status {self.process.returncode} "
-                                   f"before serving:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the env server did not serve within {self.startup_timeout} s:"
-                                   f"\n{self.log_tail()}")
-            time.sleep(0.01)
-        return json.loads(ready_file.read_text())
-
-    def log_tail(self, chars: int = 4000) -> str:
-        """The end of the child's output."""
+    def _wait_serving(self, server: ManagedProcess, ready_file: Path) -> None:
+        """Wait for the ready file, then for ``GET /health``; the child's failures in this
+        class's words."""
         try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except (AssertionError, FileNotFoundError):
-            return ""
+            server.wait_ready(ready_file.exists, timeout=self.startup_timeout, interval=0.01)
+            self.ready = json.loads(ready_file.read_text())
+            self.url, self.uds = self.ready["url"], self.ready.get("uds")
+            with _health_check(self.url, self.uds, self.token) as healthy:
+                server.wait_ready(healthy, timeout=max(self.startup_timeout, 1.0),
+                                  interval=_POLL_S)
+        except ProcessStartTimeout as exc:
+            raise TimeoutError(f"the env server did not serve within {self.startup_timeout} s:"
+                               f"\n{exc.log_tail}") from None
+        except ProcessStartError as exc:
+            raise RuntimeError(f"the env server exited with status {exc.returncode} before "
+                               f"serving:\n{exc.log_tail}") from None
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the child's output."""
+        return "" if self._server is None else self._server.log_tail(lines)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def _signal(self, sig: int) -> None:
-        assert self.process is not None
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
-
     def kill(self) -> None:
         """SIGKILL the child's process group and reap it (no graceful shutdown; for tests of
         a server that dies)."""
-        if self.process is not None and self.process.poll() is None:
-            self._signal(signal.SIGKILL)
-            self.process.wait()
+        if self._server is not None:
+            self._server.kill()
 
     def stop(self) -> int | None:
         """SIGTERM (graceful: every env is closed), SIGKILL after ``stop_timeout`` s, reap, and
         remove the temporary workdir. Idempotent; returns the exit status (``-15`` after a
         graceful SIGTERM shutdown)."""
-        if self.process is not None and self.process.poll() is None:
-            self._signal(signal.SIGTERM)
-            try:
-                self.process.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        status = None if self._server is None else self._server.stop()
         if self._own_workdir and self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        return None if self.process is None else self.process.returncode
+        return status
 
     def __enter__(self) -> ServerProcess:
         return self.start()

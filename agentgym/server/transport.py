@@ -9,13 +9,13 @@ server's URL, never as a bare httpx exception: no connection or a dropped one is
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
+from agentgym.http import PerLoop, async_http_client, http_client
 from agentgym.server.auth import auth_headers, server_token
 from agentgym.server.errors import (
     EnvServerError,
@@ -60,33 +60,25 @@ class Transport:
         self._auth = auth_headers(server_token(token))
         self._json_headers = _HEADERS | self._auth
         self.diagnose = diagnose
-        # Plain HTTP never uses TLS: skip loading the certificate store (~25 ms per client).
-        self._verify = not self.url.startswith("http://")
         self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self.uds = uds
         self._client = client
         self._owns_client = client is None
-        self._async_client = async_client
-        self._owns_async_client = async_client is None
-        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._shared_async_client = async_client
+        # A client of another (likely finished) loop cannot be closed from this one.
+        self._async_clients = PerLoop(lambda: async_http_client(
+            self.url, uds=self.uds, timeout=self.timeout, trust_env=False))
 
     def _sync(self) -> httpx.Client:
         if self._client is None:
-            transport = httpx.HTTPTransport(uds=self.uds, verify=self._verify)
-            self._client = httpx.Client(base_url=self.url, timeout=self.timeout,
-                                        transport=transport, trust_env=False)
+            self._client = http_client(self.url, uds=self.uds, timeout=self.timeout,
+                                       trust_env=False)
         return self._client
 
     def _async(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._owns_async_client and self._async_loop is not loop:
-            # A client of another (likely finished) loop cannot be closed from this one.
-            transport = httpx.AsyncHTTPTransport(uds=self.uds, verify=self._verify)
-            self._async_client = httpx.AsyncClient(base_url=self.url, timeout=self.timeout,
-                                                   transport=transport, trust_env=False)
-            self._async_loop = loop
-        assert self._async_client is not None
-        return self._async_client
+        if self._shared_async_client is not None:
+            return self._shared_async_client
+        return self._async_clients.get()
 
     def endpoint(self, path: str) -> httpx.URL:
         """The absolute URL of ``path`` (pass it instead of ``path`` to skip the URL parsing on
@@ -158,17 +150,13 @@ class Transport:
         if self._owns_client and self._client is not None:
             self._client.close()
             self._client = None
-        if self._owns_async_client and self._async_client is not None:
-            client, loop = self._async_client, self._async_loop
-            self._async_client = self._async_loop = None
-            if loop is not None and loop.is_running() and not loop.is_closed():
-                loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
+        client, loop = self._async_clients.take()
+        if client is not None and loop is not None and loop.is_running() and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: loop.create_task(client.aclose()))
 
     async def aclose(self) -> None:
         """Close the clients this transport made (idempotent)."""
-        if self._owns_async_client and self._async_client is not None:
-            client, self._async_client = self._async_client, None
-            if self._async_loop is asyncio.get_running_loop():
-                await client.aclose()
-            self._async_loop = None
+        client = self._async_clients.pop()
+        if client is not None:
+            await client.aclose()
         self.close()

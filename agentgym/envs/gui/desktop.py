@@ -18,13 +18,14 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 import weakref
 from pathlib import Path
 from typing import Any
+
+from agentgym.process import ManagedProcess
 
 __all__ = ["DESKTOP_UID", "SYSTEM_PYTHON", "Desktop", "DesktopError", "desktop_available"]
 
@@ -72,7 +73,7 @@ class Desktop:
         self.width, self.height, self.timeout_s = width, height, timeout_s
         self.root: Path | None = None
         self.display: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ManagedProcess | None = None
         self._finalizer: weakref.finalize | None = None
 
     @property
@@ -90,14 +91,10 @@ class Desktop:
         try:
             self.root.chmod(0o755)
             self.reset_home({})
-            drop = _drop_root()
-            log = open(self.root / "driver.log", "wb")  # noqa: SIM115 - the child keeps it
-            try:
-                self._proc = subprocess.Popen([*drop, SYSTEM_PYTHON, "-I", str(DRIVER)],
-                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                              stderr=log, start_new_session=True)
-            finally:
-                log.close()
+            self._proc = ManagedProcess([*_drop_root(), SYSTEM_PYTHON, "-I", str(DRIVER)],
+                                        name="the desktop's driver",
+                                        log_path=self.root / "driver.log",
+                                        pipe_stdio=True).start()
             runtime = self.root / "run"
             env = {"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
                    "XDG_CONFIG_HOME": str(self.home / ".config"),
@@ -111,7 +108,7 @@ class Desktop:
                 _chown(folder)
         except BaseException:  # nothing of a desktop that did not start stays behind
             if self._proc is not None:
-                _cleanup(self._proc, self.root)
+                self._proc.kill()
                 self._proc = None
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None
@@ -126,13 +123,14 @@ class Desktop:
         return self
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return (self._proc is not None and self._proc.process is not None
+                and self._proc.process.poll() is None)
 
     def request(self, op: str, *, timeout_s: float | None = None, **args: Any) -> dict[str, Any]:
         """Send one operation to the driver and return its answer. A failed operation raises
         :class:`DesktopError`; a dead or silent driver raises it with ``fatal=True`` (and is
         stopped)."""
-        proc = self._proc
+        proc = None if self._proc is None else self._proc.process
         if proc is None or proc.poll() is not None:
             raise DesktopError(f"the desktop is not running ({self._log_tail()})", fatal=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -203,8 +201,9 @@ class Desktop:
     def close(self) -> None:
         """Stop everything this desktop started and remove its files (idempotent; also run
         when the desktop is garbage-collected or the interpreter exits)."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
+        managed, self._proc = self._proc, None
+        if managed is not None and managed.process is not None:
+            proc = managed.process
             try:
                 assert proc.stdin is not None
                 proc.stdin.write(b'{"op": "quit"}\n')
@@ -218,7 +217,7 @@ class Desktop:
 
     def _kill(self) -> None:
         if self._proc is not None:
-            _killpg(self._proc)
+            self._proc.kill()
 
     def _log_tail(self) -> str:
         try:
@@ -235,14 +234,9 @@ class Desktop:
         self.close()
 
 
-def _cleanup(proc: subprocess.Popen[bytes], root: Path) -> None:
-    _killpg(proc)
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            try:
-                stream.close()
-            except OSError:
-                pass
+def _cleanup(driver: ManagedProcess, root: Path) -> None:
+    """SIGKILL the driver's session (every service it started), reap it, remove ``root``."""
+    driver.kill()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -255,18 +249,6 @@ def _drop_root() -> list[str]:
     prefix = ["setpriv", f"--reuid={DESKTOP_UID}", f"--regid={DESKTOP_UID}", "--clear-groups"]
     works = subprocess.run([*prefix, "true"], capture_output=True).returncode == 0
     return prefix if works else []
-
-
-def _killpg(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the driver's session (every service it started), then reap it."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _chown(path: Path, *, recursive: bool = False) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 
 from agentgym.envs.search.index import BM25Index, Hit, Retriever, check_queries
-from agentgym.sandbox.client import http_client
+from agentgym.http import http_client
 
 __all__ = ["MAX_BATCH", "MAX_BODY_BYTES", "RetrieverClient", "create_app", "main"]
 
