@@ -268,6 +268,7 @@ class _Run:
     timeouts: Timeouts
     retries: int = 0
     tags: dict[str, str] = field(default_factory=dict)
+    on_turn: Callable[[Turn], None] | None = None
 
 
 async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Episode:
@@ -315,6 +316,8 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
                 info=next_info,
                 timings={"generate": generated - start, "step": time.perf_counter() - generated},
             ))
+            if run.on_turn is not None:
+                run.on_turn(episode.turns[-1])
             past.append((obs, generation.text))
             obs, info = next_obs, next_info
             if terminated or truncated:
@@ -361,6 +364,38 @@ def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress,
         console=Console(stderr=True),
     )
     return bar, bar.add_task(description, total=total, status="")
+
+
+class _ProgressStatus:
+    """The status a :func:`progress_bar` shows while episodes run: updated after every turn
+    (turns, response tokens per second: something moves while long episodes are still going)
+    and every episode (success rate so far, errors)."""
+
+    def __init__(self, bar: Progress, bar_id: TaskID) -> None:
+        self.bar, self.bar_id = bar, bar_id
+        self.started = time.perf_counter()
+        self.turns = self.tokens = self.done = self.success = self.errors = 0
+
+    def turn(self, turn: Turn) -> None:
+        self.turns += 1
+        self.tokens += len(turn.response_ids)
+        self._show(advance=0)
+
+    def episode(self, episode: Episode) -> None:
+        self.done += 1
+        self.success += episode.success
+        self.errors += episode.error is not None
+        self._show(advance=1)
+
+    def _show(self, advance: int) -> None:
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        parts = [f"success {self.success / self.done:.0%}"] if self.done else []
+        parts.append(f"{self.turns:,} turns")
+        if self.tokens:
+            parts.append(f"{self.tokens / seconds:,.1f} tokens/s")
+        if self.errors:
+            parts.append(f"[red]{self.errors} errors[/red]")
+        self.bar.update(self.bar_id, advance=advance, status="  ".join(parts))
 
 
 def group_id(env_id: str, task: Task) -> str:
@@ -424,14 +459,13 @@ async def acollect(
     env_id = env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "env"))
     slots = asyncio.Semaphore(concurrency)
     units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]
-    stats = {"turns": 0, "success": 0, "done": 0, "errors": 0}
-    started = time.perf_counter()
     servers, own_servers = _server_pool(sandbox)
     pool = EnvPool(_env_factory(env, env_kwargs or {}, servers),
                    servers.usable if servers is not None else None)
     if prompter is None:
         prompter = Prompter(family=await _family(env, pool) if units else "misc")
     bar, bar_id = progress_bar(env_id, len(units), progress)
+    shown = _ProgressStatus(bar, bar_id)
     run = _Run(
         env_id=env_id,
         pool=pool,
@@ -440,19 +474,13 @@ async def acollect(
                                (timeouts or Timeouts()).generate),
         prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
         timeouts=timeouts or Timeouts(), retries=retries, tags=dict(tags or {}),
+        on_turn=shown.turn if progress else None,
     )
 
     async def one(task: Task, member: int) -> Episode:
         async with slots:
             episode = await _run_with_retries(run, task, group_id(env_id, task), member)
-        stats["turns"] += episode.num_turns
-        stats["done"] += 1
-        stats["success"] += episode.success
-        stats["errors"] += episode.error is not None
-        rate = stats["turns"] / max(time.perf_counter() - started, 1e-9)
-        bar.update(bar_id, advance=1, status=(
-            f"success {stats['success'] / stats['done']:.0%}  {rate:,.0f} turns/s"
-            + (f"  [red]{stats['errors']} errors[/red]" if stats["errors"] else "")))
+        shown.episode(episode)
         if on_episode is not None:
             on_episode(episode)
         return episode

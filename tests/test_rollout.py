@@ -202,3 +202,28 @@ def test_bad_arguments():
         collect(SOKOBAN, RandomPolicy(), default_tasks(1), group_size=0, progress=False)
     with pytest.raises(agentgym.UnknownEnvError):
         collect("agentgym/Nope-v0", RandomPolicy(), default_tasks(1), progress=False)
+
+
+def test_the_progress_bar_moves_with_every_turn(monkeypatch):
+    """Long episodes show movement before any of them ends: turns and tokens/s per turn."""
+    import agentgym.rollout as rollout
+
+    shown: list[tuple[int, str]] = []
+    update = rollout.Progress.update
+
+    def spy(self, task_id, **fields):
+        shown.append((fields.get("advance"), fields.get("status")))
+        return update(self, task_id, **fields)
+
+    class ThreeTokens:
+        async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+            return [Generation(text="<action>up</action>", response_ids=[1, 2, 3])
+                    for _ in requests]
+
+    monkeypatch.setattr(rollout.Progress, "update", spy)
+    collect(SOKOBAN, ThreeTokens(), [Task(None, 0)], max_turns=3, progress=True)
+    turns, [(advance, last)] = shown[:-1], shown[-1:]
+    assert [a for a, _ in turns] == [0, 0, 0] and advance == 1
+    assert [s.split("  ")[0] for _, s in turns] == ["1 turns", "2 turns", "3 turns"]
+    assert all("tokens/s" in s for _, s in turns)
+    assert last.startswith("success 0%  3 turns")
