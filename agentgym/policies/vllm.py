@@ -22,11 +22,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
+from rich.console import Console
 
 from agentgym.http import PerLoop, async_http_client, request_with_retries
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
@@ -45,6 +47,7 @@ _CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M", "--no-enable-
 #: Context cap on CPU, which is also the step budget without chunked prefill (tokens).
 _CPU_MAX_MODEL_LEN = 8192
 _HEALTH_POLL_S = 0.5
+_status = Console(stderr=True)  # where a starting server says so: stdout is for results
 
 
 class VLLMServerError(RuntimeError):
@@ -157,21 +160,35 @@ class VLLMServer:
         return "" if self._server is None else self._server.log_tail(lines)
 
     def start(self) -> VLLMServer:
-        """Start the server and block until it is healthy; stop it on any failure."""
+        """Start the server and block until it is healthy; stop it on any failure. Says on
+        stderr that it starts (a minute or more on a CPU) and when it is ready."""
+        started = self._announce()
         try:
             self._spawn().wait_ready(self.base_url, timeout=self.startup_timeout,
                                      interval=_HEALTH_POLL_S)
         except ProcessStartError as exc:
             raise VLLMServerError(str(exc)) from None
-        return self
+        return self._ready(started)
 
     async def astart(self) -> VLLMServer:
         """:meth:`start` without blocking the event loop."""
+        started = self._announce()
         try:
             await self._spawn().await_ready(self.base_url, timeout=self.startup_timeout,
                                             interval=_HEALTH_POLL_S)
         except ProcessStartError as exc:
             raise VLLMServerError(str(exc)) from None
+        return self._ready(started)
+
+    def _announce(self) -> float:
+        _status.print(f"agentgym: starting a vLLM server for {self.model_name!r} on port "
+                      f"{self.port} (up to {self.startup_timeout:g} s; log: {self.log_path})",
+                      highlight=False, markup=False, soft_wrap=True)
+        return time.monotonic()
+
+    def _ready(self, started: float) -> VLLMServer:
+        _status.print(f"agentgym: vLLM server ready after {time.monotonic() - started:.0f} s",
+                      highlight=False, markup=False, soft_wrap=True)
         return self
 
     def stop(self, grace: float = 10.0) -> None:
