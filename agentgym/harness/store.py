@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from agentgym.episode import Episode, episode_json
+from agentgym.files import atomic_write
 
 __all__ = ["RESULT_NEUTRAL_KEYS", "RunConfigMismatch", "RunDirError", "RunStore", "config_diff",
            "entry_of", "read_episodes", "unit_key"]
@@ -173,10 +174,10 @@ class RunStore:
             if differences:
                 raise RunConfigMismatch(path, differences)
             resumed = Resumed()
-        _write_atomic(previous, yaml.safe_dump(dict(config), sort_keys=False))
+        atomic_write(previous, yaml.safe_dump(dict(config), sort_keys=False), fsync=True)
         done = cls._recover(path / "episodes.jsonl", resumed) if resumed else {}
         if resumed is None:
-            _write_atomic(path / "episodes.jsonl", "")
+            atomic_write(path / "episodes.jsonl", "", fsync=True)
         return cls(path, done, resumed)
 
     @staticmethod
@@ -191,7 +192,7 @@ class RunStore:
             lines[key].append(text)
         done = {k: eps for k, eps in units.items() if _complete(eps)}
         resumed.kept, resumed.retried = len(done), len(units) - len(done)
-        _write_atomic(file, "".join(line + "\n" for k in done for line in lines[k]))
+        atomic_write(file, "".join(line + "\n" for k in done for line in lines[k]), fsync=True)
         return dict(done)
 
     def append(self, episodes: Iterable[Episode]) -> None:
@@ -207,19 +208,4 @@ class RunStore:
             self.done[unit_key(episodes[0])] = episodes
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
-        _write_atomic(self.path / "summary.json", json.dumps(summary, indent=2) + "\n")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` so that a crash leaves the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        atomic_write(self.path / "summary.json", json.dumps(summary, indent=2) + "\n", fsync=True)

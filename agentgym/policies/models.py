@@ -12,13 +12,11 @@ converting at once both end with the same complete folder.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from agentgym.cache import cache_dir
+from agentgym.files import atomic_path
 
 __all__ = ["EMBEDDED_MODELS", "cache_dir", "encode_chat", "load_tokenizer", "resolve_model"]
 
@@ -56,18 +54,14 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
-        try:
-            os.rename(tmp, out)
-        except OSError:  # another process finished first; its folder is identical
-            if not (out / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with atomic_path(out, mkdir=True) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            tmp.chmod(0o755)  # atomic_path made it private; the cache is shared like any model folder
+    except OSError:  # another process finished first; its folder is identical
+        if not (out / "config.json").is_file():
+            raise
 
 
 def resolve_model(name_or_path: str) -> str:

@@ -20,13 +20,13 @@ import logging
 import os
 import socket
 import stat
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 
+from agentgym.files import atomic_write
 from agentgym.server.app import ServerConfig, create_app
 from agentgym.server.auth import TOKEN_ENV, is_loopback, server_token
 
@@ -171,9 +171,5 @@ def _ready_info(sock: socket.socket, host: str, uds: str | os.PathLike[str] | No
 def _announce(info: dict[str, Any], ready_file: str | os.PathLike[str] | None) -> None:
     text = json.dumps(info)
     if ready_file is not None:
-        target = Path(ready_file)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        atomic_write(ready_file, text, mode=0o600)
     print(f"agentgym serve: ready {text}", flush=True)

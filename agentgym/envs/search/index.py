@@ -21,7 +21,6 @@ import json
 import mmap
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from agentgym.envs.search.world import Passage
+from agentgym.files import atomic_path
 
 __all__ = ["MAX_QUERY_CHARS", "BM25Index", "Hit", "Retriever", "check_queries", "tokenize"]
 
@@ -109,8 +109,7 @@ class BM25Index:
             raise FileExistsError(f"{out} is not empty; pass overwrite=True (--overwrite) to "
                                   "replace it")
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+        with atomic_path(out, mkdir=True) as tmp:
             texts, offsets, ids = [], [0], set()
             with open(tmp / "passages.bin", "wb") as fh:
                 for passage in passages:
@@ -137,10 +136,6 @@ class BM25Index:
                 "k1": 1.5, "b": 0.75, "stopwords": _STOPWORDS}, indent=1) + "\n")
             if out.exists():
                 shutil.rmtree(out)
-            tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return cls.load(out)
 
     # --- loading --------------------------------------------------------------------------

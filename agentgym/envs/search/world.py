@@ -36,6 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import count, islice
 
+from agentgym import seeding
+
 __all__ = ["DEFAULT_NUM_ENTITIES", "MIN_ENTITIES", "SPLITS", "Passage", "Question", "World",
            "generate_world", "iter_passages"]
 
@@ -84,8 +86,7 @@ class World:
     def split(self, name: str) -> list[Question]:
         """The questions of split ``name``, one of :data:`SPLITS`; any other name raises
         ``ValueError``."""
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+        seeding.check_split(name, SPLITS)
         return [q for q in self.questions if q.split == name]
 
 
@@ -674,10 +675,6 @@ def _questions(rng: random.Random, es: list[_Entity], passage_ids: list[str]) ->
 # Public ------------------------------------------------------------------------------------------
 
 
-def _rng(seed: int, stream: str) -> random.Random:
-    return random.Random(f"agentgym.search.world/{seed}/{stream}")
-
-
 def generate_world(seed: int = 0, num_entities: int = DEFAULT_NUM_ENTITIES) -> World:
     """The world of ``seed``: about ``num_entities`` entities (at least :data:`MIN_ENTITIES`),
     each with its passage, twice as many news snippets, and about 1.4 questions per entity.
@@ -687,8 +684,9 @@ def generate_world(seed: int = 0, num_entities: int = DEFAULT_NUM_ENTITIES) -> W
     """
     if num_entities < MIN_ENTITIES:
         raise ValueError(f"num_entities must be at least {MIN_ENTITIES}, got {num_entities}")
-    es, passages, passage_ids = _corpus(_rng(seed, "0"), num_entities, 0)
-    return World(passages, _questions(_rng(seed, "questions"), es, passage_ids))
+    es, passages, passage_ids = _corpus(seeding.rng("agentgym.search.world", seed, "0"), num_entities, 0)
+    questions = _questions(seeding.rng("agentgym.search.world", seed, "questions"), es, passage_ids)
+    return World(passages, questions)
 
 
 def iter_passages(seed: int, num_passages: int) -> Iterator[Passage]:
@@ -703,6 +701,7 @@ def iter_passages(seed: int, num_passages: int) -> Iterator[Passage]:
 def _stream(seed: int) -> Iterator[Passage]:
     first = 0
     for block in count():
-        passages = _corpus(_rng(seed, str(block)), DEFAULT_NUM_ENTITIES, first)[1]
+        rng = seeding.rng("agentgym.search.world", seed, block)
+        passages = _corpus(rng, DEFAULT_NUM_ENTITIES, first)[1]
         first += len(passages)
         yield from passages

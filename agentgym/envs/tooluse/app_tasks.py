@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import hashlib
 import json
 import random
 import re
@@ -51,13 +50,14 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+from agentgym import seeding
 from agentgym.envs.tooluse.apps import COLLECTIONS, NOW, call, empty_state, new_id
+from agentgym.seeding import SPLITS
 
 __all__ = ["DEFAULT_NUM_TASKS", "MAX_LISTING_CHARS", "SPLITS", "TEMPLATES", "AppTask",
            "CheckResult", "answer_matches", "app_task_split", "app_tasks", "check",
            "expected_state", "generate_app_tasks", "generate_world"]
 
-SPLITS: tuple[str, ...] = ("train", "test")
 DEFAULT_NUM_TASKS = 600
 NUM_CONTACTS = 20
 #: The longest listing (as JSON) a task needs the agent to read whole: less than the 4,000
@@ -266,7 +266,7 @@ def _add_notes(rng: random.Random, state: State, projects: list[str]) -> None:
 def generate_world(seed: int | str) -> State:
     """The apps' state of world ``seed`` (see the module documentation); the same seed gives
     the same state."""
-    rng = random.Random(f"agentgym.tooluse.world/{seed}")
+    rng = seeding.rng("agentgym.tooluse.world", seed)
     today = _FIRST_MONDAY + timedelta(weeks=rng.randrange(104), days=rng.randrange(5))
     firsts = rng.sample(_FIRST_NAMES, NUM_CONTACTS + 1)
     lasts = rng.sample(_LAST_NAMES, NUM_CONTACTS + 1)
@@ -667,7 +667,7 @@ def generate_app_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_TASKS) -> lis
     its own world. The same arguments give the same tasks."""
     if num_tasks < 0:
         raise ValueError(f"num_tasks must be non-negative, got {num_tasks}")
-    rng = random.Random(f"agentgym.tooluse.app_tasks/{seed}")
+    rng = seeding.rng("agentgym.tooluse.app_tasks", seed)
     tasks = []
     for number in range(num_tasks):
         kind = TEMPLATES[number % len(TEMPLATES)]
@@ -683,17 +683,11 @@ def generate_app_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_TASKS) -> lis
     return tasks
 
 
-def _split_of(task_id: str) -> str:
-    digest = hashlib.sha256(f"agentgym.tooluse.app_tasks/{task_id}".encode()).digest()
-    return "test" if digest[0] % 5 == 0 else "train"
-
-
 def app_task_split(tasks: list[AppTask], split: str) -> list[AppTask]:
     """The tasks of ``split``, one of :data:`SPLITS`, in order (about one in five is a test
     task, by its id)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    return [task for task in tasks if _split_of(task.id) == split]
+    seeding.check_split(split)
+    return [task for task in tasks if seeding.split_of("agentgym.tooluse.app_tasks", task.id) == split]
 
 
 @functools.lru_cache(maxsize=1)

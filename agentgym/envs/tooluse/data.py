@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import hashlib
 import io
 import math
 import random
@@ -55,11 +54,13 @@ from pathlib import Path
 from textwrap import dedent
 from typing import Any, NamedTuple
 
+from agentgym import seeding
+from agentgym.seeding import SPLITS
+
 __all__ = ["ANSWER_TYPES", "DATABASE", "DEFAULT_NUM_DATA_TASKS", "EMPLOYEES", "FILES", "KINDS",
            "SALES", "SPLITS", "DataTask", "check_answer", "data_task_split", "data_tasks",
            "generate_data_tasks", "materialize"]
 
-SPLITS: tuple[str, ...] = ("train", "test")
 ANSWER_TYPES: tuple[str, ...] = ("number", "name", "list", "ordered_list")
 DEFAULT_NUM_DATA_TASKS = 600
 SALES, EMPLOYEES, DATABASE = "sales.csv", "employees.csv", "shop.db"
@@ -196,10 +197,6 @@ class _Shop:
     items: tuple[_Item, ...]
 
 
-def _rng(part: str, seed: int) -> random.Random:
-    return random.Random(f"agentgym.tooluse.data/{part}/{seed}")
-
-
 def _day(rng: random.Random, start: date = _START, days: int = _DAYS) -> str:
     return (start + timedelta(days=rng.randrange(days))).isoformat()
 
@@ -216,7 +213,7 @@ def _weights(rng: random.Random, n: int) -> list[float]:
 
 
 def _sales(seed: int) -> _Sales:
-    rng = _rng("sales", seed)
+    rng = seeding.rng("agentgym.tooluse.data", "sales", seed)
     regions = tuple(rng.sample(_REGIONS, rng.randint(3, 6)))
     catalog = rng.sample(_SALES_PRODUCTS, rng.randint(5, 9))
     n = rng.randint(200, 2000)
@@ -234,7 +231,7 @@ def _salary(rng: random.Random, low: int, high: int) -> int:
 
 
 def _employees(seed: int) -> tuple[_Employee, ...]:
-    rng = _rng("employees", seed)
+    rng = seeding.rng("agentgym.tooluse.data", "employees", seed)
     departments = rng.sample(_DEPARTMENTS, rng.randint(4, 6))
     names = iter(_names(rng, rng.randint(30, 120)))
     people: list[_Employee] = []
@@ -261,7 +258,7 @@ def _employees(seed: int) -> tuple[_Employee, ...]:
 
 
 def _shop(seed: int) -> _Shop:
-    rng = _rng("shop", seed)
+    rng = seeding.rng("agentgym.tooluse.data", "shop", seed)
     cities = rng.sample(_CITIES, rng.randint(4, 7))
     customers = tuple(_Customer(i, name, rng.choice(cities), _day(rng, date(2021, 1, 1), 1095))
                       for i, name in enumerate(_names(rng, rng.randint(25, 60)), 1))
@@ -777,7 +774,7 @@ def generate_data_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_DATA_TASKS) 
     one. The same arguments give the same tasks."""
     if num_tasks < 0:
         raise ValueError(f"num_tasks must be non-negative, got {num_tasks}")
-    rng = random.Random(f"agentgym.tooluse.data/{seed}")
+    rng = seeding.rng("agentgym.tooluse.data", seed)
     used: set[int] = set()
     tasks: list[DataTask] = []
     kinds: list[str] = []
@@ -800,17 +797,11 @@ def generate_data_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_DATA_TASKS) 
     return tasks
 
 
-def _split_of(seed: int) -> str:
-    digest = hashlib.sha256(f"agentgym.tooluse.data/{seed}".encode()).digest()
-    return "test" if digest[0] % 5 == 0 else "train"
-
-
 def data_task_split(tasks: Sequence[DataTask], split: str) -> list[DataTask]:
     """The tasks of ``split``, one of :data:`SPLITS`, in order: whether a task is a test task
     depends only on its data seed (about one in five)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    return [task for task in tasks if _split_of(task.seed) == split]
+    seeding.check_split(split)
+    return [task for task in tasks if seeding.split_of("agentgym.tooluse.data", task.seed) == split]
 
 
 @functools.cache

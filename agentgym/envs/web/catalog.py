@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agentgym import seeding
+
 __all__ = ["SORTS", "TYPE_NOUNS", "Catalog", "Product", "Review", "catalog", "generate_catalog",
            "tokenize"]
 
@@ -775,16 +777,13 @@ class Catalog:
         return [self.products[i] for i in hits[np.lexsort(keys)]]
 
 
-def _rng(seed: int, stream: str) -> random.Random:
-    return random.Random(f"agentgym.web.catalog/{seed}/{stream}")
-
-
 def generate_catalog(seed: int = 0, num_products: int = DEFAULT_NUM_PRODUCTS) -> Catalog:
     """The catalog of ``seed``: exactly ``num_products`` products spread evenly over the product
     types. The same arguments give the same catalog, ids included."""
     if num_products < 1:
         raise ValueError(f"num_products must be at least 1, got {num_products}")
-    return Catalog(_products(_rng(seed, "products"), _drafts(_rng(seed, "drafts"), num_products)))
+    drafts = _drafts(seeding.rng("agentgym.web.catalog", seed, "drafts"), num_products)
+    return Catalog(_products(seeding.rng("agentgym.web.catalog", seed, "products"), drafts))
 
 
 @functools.lru_cache(maxsize=4)

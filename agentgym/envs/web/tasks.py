@@ -35,19 +35,19 @@ line scores exactly 1.0, the only success.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import combinations
 
+from agentgym import seeding
 from agentgym.envs.web.catalog import TYPE_NOUNS, Catalog, Product, catalog
+from agentgym.seeding import SPLITS
 
 __all__ = ["DEFAULT_NUM_TASKS", "SPLITS", "Goal", "Score", "generate_tasks", "grade", "satisfies",
            "task_split", "tasks"]
 
-SPLITS: tuple[str, ...] = ("train", "test")
 DEFAULT_NUM_TASKS = 1_500
 #: How deep in a query's results the target may be.
 QUERY_DEPTH = 50
@@ -269,7 +269,7 @@ def generate_tasks(catalog: Catalog, seed: int = 0,
     ``shop-00000`` on. The same arguments give the same goals."""
     if num_tasks < 0:
         raise ValueError(f"num_tasks must be non-negative, got {num_tasks}")
-    rng = random.Random(f"agentgym.web.tasks/{seed}")
+    rng = seeding.rng("agentgym.web.tasks", seed)
     by_type: dict[tuple[str, ...], list[Product]] = {}
     for p in catalog.products:
         by_type.setdefault(p.category, []).append(p)
@@ -285,17 +285,11 @@ def generate_tasks(catalog: Catalog, seed: int = 0,
     return goals
 
 
-def _split_of(product_id: str) -> str:
-    digest = hashlib.sha256(f"agentgym.web.tasks/{product_id}".encode()).digest()
-    return "test" if digest[0] % 5 == 0 else "train"
-
-
 def task_split(tasks: list[Goal], split: str) -> list[Goal]:
     """The goals of ``split``, one of :data:`SPLITS`, in order: whether a goal is a test goal
     depends only on its target's id (about one in five), so no target is in both splits."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    return [goal for goal in tasks if _split_of(goal.target) == split]
+    seeding.check_split(split)
+    return [goal for goal in tasks if seeding.split_of("agentgym.web.tasks", goal.target) == split]
 
 
 @functools.lru_cache(maxsize=4)
