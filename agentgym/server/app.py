@@ -52,14 +52,15 @@ from starlette.routing import Route
 from agentgym._version import __version__
 from agentgym.server.auth import BearerAuth
 from agentgym.server.bodies import (
-    optional_object,
-    optional_seed,
+    CreateBody,
+    ParallelStepBody,
+    ResetBody,
+    StepBody,
+    parse_body,
     read_object,
-    required_object,
-    required_str,
 )
 from agentgym.server.errors import ApiError
-from agentgym.server.hostable import KINDS, check_client_kwargs, hostable_envs, make_env
+from agentgym.server.hostable import check_client_kwargs, hostable_envs, make_env
 from agentgym.server.jsonsafe import dumps
 from agentgym.server.sessions import Session, SessionStore
 from agentgym.server.spaces import describe_space
@@ -135,13 +136,8 @@ class _Api:
         return _json({"envs": hostable_envs(self.config.env_allowlist)})
 
     async def create(self, request: Request) -> Response:
-        body = await read_object(request, self.config.max_body_bytes)
-        env_id = required_str(body, "env_id")
-        kwargs = optional_object(body, "kwargs") or {}
-        kind = body.get("kind")
-        if kind is not None and kind not in KINDS:
-            raise ApiError("invalid_request", f"field 'kind' must be one of {list(KINDS)} or "
-                           f"null, got {kind!r}", field="kind")
+        body = parse_body(CreateBody, await read_object(request, self.config.max_body_bytes))
+        env_id, kwargs, kind = body.env_id, body.kwargs or {}, body.kind
         allowlist = self.config.env_allowlist
         if allowlist is not None and env_id not in allowlist:
             raise ApiError("env_not_allowed", f"this server hosts only {sorted(allowlist)}")
@@ -154,8 +150,8 @@ class _Api:
 
     async def reset(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])
-        body = await read_object(request, self.config.max_body_bytes)
-        result = await session.reset(optional_seed(body, "seed"), optional_object(body, "options"))
+        body = parse_body(ResetBody, await read_object(request, self.config.max_body_bytes))
+        result = await session.reset(body.seed, body.options)
         if session.kind == "single":
             observation, info = result
             return _json({"observation": observation, "info": info})
@@ -167,16 +163,14 @@ class _Api:
         session = self.store.get(request.path_params["session_id"])
         body = await read_object(request, self.config.max_body_bytes)
         if session.kind == "single":
-            if "action" not in body:
-                raise ApiError("invalid_request", "field 'action' is missing", field="action")
-            action = body["action"]
+            action = parse_body(StepBody, body).action
             if session.text_actions and not isinstance(action, str):
                 raise ApiError("invalid_request", "field 'action' must be a string (actions are "
                                "text)", field="action")
             obs, reward, terminated, truncated, info = await session.step(action)
             return _json({"observation": obs, "reward": reward, "terminated": terminated,
                           "truncated": truncated, "info": info})
-        actions = _agent_actions(session, required_object(body, "actions"))
+        actions = _agent_actions(session, parse_body(ParallelStepBody, body).actions)
         obs, rewards, terminations, truncations, infos = await session.step(actions)
         return _json({"observations": obs, "rewards": rewards, "terminations": terminations,
                       "truncations": truncations, "infos": infos, "agents": _agents(session)})

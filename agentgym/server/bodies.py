@@ -1,21 +1,59 @@
-"""Request bodies: read within a size limit, parse as a JSON object, validate fields.
+"""Request bodies: read within a size limit, parse as a JSON object, validate against the
+endpoint's pydantic model.
 
 Every failure is an :class:`~agentgym.server.errors.ApiError`: ``body_too_large`` (413) when the
 declared ``Content-Length`` or the bytes actually streamed exceed the limit, ``malformed_json``
 (400) when the bytes are not JSON, ``invalid_request`` (422) when the JSON is not an object or a
-field is missing or has the wrong type.
+field is missing or has the wrong type (the message and the error's ``field`` name it). Fields a
+model does not declare are ignored.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 from starlette.requests import Request
 
 from agentgym.server.errors import ApiError
 
-__all__ = ["optional_object", "optional_seed", "read_object", "required_object", "required_str"]
+__all__ = ["CreateBody", "ParallelStepBody", "ResetBody", "StepBody", "parse_body", "read_object"]
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class CreateBody(_Body):
+    """``POST /sessions``."""
+
+    env_id: Annotated[StrictStr, Field(min_length=1, description="a non-empty string")]
+    kwargs: dict[str, Any] | None = Field(None, description="an object or null")
+    kind: Literal["single", "parallel"] | None = Field(
+        None, description="'single', 'parallel' or null")
+
+
+class ResetBody(_Body):
+    """``POST /sessions/{id}/reset``: what Gymnasium's ``reset`` takes."""
+
+    seed: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None, description="a non-negative integer or null")
+    options: dict[str, Any] | None = Field(None, description="an object or null")
+
+
+class StepBody(_Body):
+    """``POST /sessions/{id}/step`` of a single-agent session (text envs check the type)."""
+
+    action: Any = Field(..., description="the action")
+
+
+class ParallelStepBody(_Body):
+    """``POST /sessions/{id}/step`` of a parallel session: an action per live agent."""
+
+    actions: dict[str, Any] = Field(..., description="an object: agent name -> action")
 
 
 async def read_object(request: Request, max_bytes: int) -> dict[str, Any]:
@@ -51,36 +89,14 @@ def _kind(value: Any) -> str:
             type(None): "null"}.get(type(value), "a number")
 
 
-def required_str(body: dict[str, Any], name: str) -> str:
-    value = body.get(name)
-    if not isinstance(value, str) or not value:
-        raise ApiError("invalid_request", f"field {name!r} must be a non-empty string, got "
-                       + ("nothing" if name not in body else _kind(value)), field=name)
-    return value
-
-
-def optional_seed(body: dict[str, Any], name: str) -> int | None:
-    """A non-negative integer (what Gymnasium accepts as a seed) or ``None``."""
-    value = body.get(name)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                              or value < 0):
-        shown = value if isinstance(value, int) and not isinstance(value, bool) else _kind(value)
-        raise ApiError("invalid_request", f"field {name!r} must be a non-negative integer or "
-                       f"null, got {shown}", field=name)
-    return value
-
-
-def optional_object(body: dict[str, Any], name: str) -> dict[str, Any] | None:
-    value = body.get(name)
-    if value is not None and not isinstance(value, dict):
-        raise ApiError("invalid_request", f"field {name!r} must be an object or null, got "
-                       f"{_kind(value)}", field=name)
-    return value
-
-
-def required_object(body: dict[str, Any], name: str) -> dict[str, Any]:
-    value = body.get(name)
-    if not isinstance(value, dict):
-        raise ApiError("invalid_request", f"field {name!r} must be an object, got "
-                       + ("nothing" if name not in body else _kind(value)), field=name)
-    return value
+def parse_body(model: type[Body], body: dict[str, Any]) -> Body:
+    """``body`` validated as ``model``; ``invalid_request`` naming the first bad field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        name = str(error["loc"][0])
+        got = "nothing" if error["type"] == "missing" else _kind(error["input"])
+        raise ApiError("invalid_request", f"field {name!r} must be "
+                       f"{model.model_fields[name].description} ({error['msg'].lower()}), got "
+                       f"{got}", field=name) from None
