@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 from gymnasium.wrappers import OrderEnforcing, PassiveEnvChecker
@@ -33,7 +33,8 @@ BYPASSED_WRAPPERS: tuple[type[gym.Wrapper], ...] = (OrderEnforcing, PassiveEnvCh
 """Wrappers that :func:`async_twins` leaves out (``gymnasium.make`` adds them to every env)."""
 
 Reset = Callable[..., Awaitable[tuple[Any, dict[str, Any]]]]
-Step = Callable[[Any], Awaitable[tuple[Any, float, bool, bool, dict[str, Any]]]]
+# The reward is Gymnasium's SupportsFloat: a RewardWrapper's hook may return any such number.
+Step = Callable[[Any], Awaitable[tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]]]
 
 
 @dataclass(frozen=True)
@@ -80,18 +81,18 @@ def _hooked(wrapper: gym.Wrapper, areset: Reset, astep: Step) -> tuple[Reset, St
             obs, info = await areset(**kwargs)
             return wrapper.observation(obs), info
 
-        async def step_obs(action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        async def step_obs(action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
             obs, reward, terminated, truncated, info = await astep(action)
             return wrapper.observation(obs), reward, terminated, truncated, info
 
         return reset_obs, step_obs
     if isinstance(wrapper, gym.ActionWrapper) and not _overrides(wrapper, gym.ActionWrapper):
-        async def step_action(action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        async def step_action(action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
             return await astep(wrapper.action(action))
 
         return areset, step_action
     if isinstance(wrapper, gym.RewardWrapper) and not _overrides(wrapper, gym.RewardWrapper):
-        async def step_reward(action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        async def step_reward(action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
             obs, reward, terminated, truncated, info = await astep(action)
             return obs, wrapper.reward(reward), terminated, truncated, info
 

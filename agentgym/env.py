@@ -118,13 +118,16 @@ class TextEnv(gym.Env[str, str]):
     envs whose step takes microseconds, where a thread hop would cost more than the step).
     """
 
-    # render_fps only silences the checker: text renders once per call.
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    # render_fps only silences the checker: text renders once per call. Gymnasium annotates
+    # metadata without ClassVar (an instance variable, to mypy); it is a class attribute.
+    metadata: ClassVar[dict[str, Any]] = {  # type: ignore[misc]
+        "render_modes": ["ansi", "human"], "render_fps": 4}
     family: ClassVar[str] = "misc"
     step_in_thread: ClassVar[bool] = True
 
-    observation_space: UnicodeText = UnicodeText(MAX_OBSERVATION_CHARS)
-    action_space: UnicodeText = UnicodeText(MAX_ACTION_CHARS)
+    # Typed as Text: a RemoteEnv takes its spaces from the server, which may send a plain Text.
+    observation_space: spaces.Text = UnicodeText(MAX_OBSERVATION_CHARS)
+    action_space: spaces.Text = UnicodeText(MAX_ACTION_CHARS)
 
     def __init__(self, render_mode: str | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -137,11 +140,15 @@ class TextEnv(gym.Env[str, str]):
         self.observation_space = UnicodeText(MAX_OBSERVATION_CHARS)
         self.action_space = UnicodeText(MAX_ACTION_CHARS)
 
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """Gymnasium's ``step``, with the reward typed as ``float``. Subclasses implement it."""
+        raise NotImplementedError
+
     def render_text(self) -> str:
         """A text picture of the current state, for people (``render``)."""
         raise NotImplementedError
 
-    def render(self) -> str | None:  # type: ignore[override]
+    def render(self) -> str | None:
         """``"ansi"`` returns :meth:`render_text`; ``"human"`` prints it; ``None`` does nothing."""
         if self.render_mode is None:
             return None

@@ -268,7 +268,7 @@ async def request_with_retries(client: httpx.AsyncClient, method: str, path: str
         return response
 
     try:
-        response = await retrying(attempts=attempts, backoff=backoff)(attempt)
+        response: httpx.Response = await retrying(attempts=attempts, backoff=backoff)(attempt)
     except httpx.HTTPStatusError as exc:
         cause = f"HTTP {exc.response.status_code}: {exc.response.text[:500]}"
         if not retryable(exc):

@@ -91,7 +91,7 @@ def _deadline(timeout: float, expired: Callable[[], BaseException]) -> Callable[
     return check
 
 
-def wait_until(ready: Callable[[], T], *, timeout: float, interval: float,
+def wait_until(ready: Callable[[], T | None], *, timeout: float, interval: float,
                expired: Callable[[], BaseException]) -> T:
     """The first truthy result of ``ready()``, tried every ``interval`` seconds; raises
     ``expired()`` (e.g. a ``TimeoutError``) once ``timeout`` seconds have passed without one."""

@@ -37,6 +37,7 @@ from rich.progress import (
 )
 
 from agentgym.asyncenv import async_twins
+from agentgym.env import TextEnv
 from agentgym.episode import Episode, Turn
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
@@ -44,6 +45,7 @@ from agentgym.registry import make, manifest
 
 if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
+    from agentgym.sandbox.spec import Backend
 
 __all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "group_id",
            "progress_bar", "request_seed"]
@@ -229,6 +231,7 @@ def _async_api(env: gym.Env):
     twins = async_twins(env)
     if twins is not None:
         core = env.unwrapped
+        assert isinstance(core, TextEnv)  # async_twins gives twins only for a TextEnv core
         return twins.areset, twins.astep, getattr(core, "interruptible", core.step_in_thread)
 
     async def areset(*, seed=None, options=None):
@@ -419,7 +422,7 @@ async def acollect(
     timeouts: Timeouts | None = None,
     progress: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
-    sandbox: str | EnvServerPool | None = None,
+    sandbox: Backend | EnvServerPool | None = None,
     retries: int = 0,
     tags: dict[str, str] | None = None,
     skip: Callable[[Task, int], bool] | None = None,
@@ -528,7 +531,7 @@ def _env_factory(env: str | EnvFactory, kwargs: dict[str, Any],
     return call
 
 
-def _server_pool(sandbox: str | EnvServerPool | None) -> tuple[EnvServerPool | None, bool]:
+def _server_pool(sandbox: Backend | EnvServerPool | None) -> tuple[EnvServerPool | None, bool]:
     """The env server pool for ``acollect(sandbox=...)``, and whether the call owns it."""
     if sandbox is None or not isinstance(sandbox, str):
         return sandbox, False

@@ -65,7 +65,8 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
     second = ((lambda: make(env)) if isinstance(env, str) else make_env) if across_instances \
         else None
     problems: list[str] = []
-    if owned and (said := manifest(env).family) != (own := getattr(instance.unwrapped, "family", None)):
+    if isinstance(env, str) and (said := manifest(env).family) != (
+            own := getattr(instance.unwrapped, "family", None)):
         problems.append(f"the manifest's family {said!r} is not the env class's {own!r} (prompts "
                         "and reports would depend on how the env was named)")
     try:
@@ -131,7 +132,7 @@ def _check(env: gym.Env[Any, Any], second: Callable[[], gym.Env[Any, Any]] | Non
             env.reset(seed=seeds[0])
     for not_text in (1, b"look", None):
         try:
-            env.step(not_text)  # type: ignore[arg-type]
+            env.step(not_text)
             problems.append(f"step({not_text!r}) did not raise TypeError")
         except TypeError:
             pass

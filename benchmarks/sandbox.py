@@ -44,6 +44,7 @@ from agentgym.sandbox import (
     SandboxPool,
     SandboxSpec,
 )
+from agentgym.sandbox.spec import Backend
 from agentgym.server import RemoteEnv, ServerProcess
 
 ENV_ID = "agentgym/Sokoban-v0"
@@ -152,7 +153,7 @@ def step_rows(args: argparse.Namespace) -> Rows:
 # --- 3. time to a ready env ----------------------------------------------------------------------
 
 
-def cold_make(backend: str, n: int) -> np.ndarray:
+def cold_make(backend: Backend, n: int) -> np.ndarray:
     """``make(sandbox=backend)`` from nothing: the default pool keeps no sandbox warm, and the
     env's close closes its sandbox (untimed)."""
     out = np.empty(n)
@@ -164,7 +165,7 @@ def cold_make(backend: str, n: int) -> np.ndarray:
     return out
 
 
-def warm_make(backend: str, n: int) -> np.ndarray:
+def warm_make(backend: Backend, n: int) -> np.ndarray:
     """``make(sandbox=pool)`` with a warm server ready (the pool re-warms between calls)."""
     with EnvServerPool(backend, warm=1) as pool:
         out = np.empty(n)
@@ -177,7 +178,7 @@ def warm_make(backend: str, n: int) -> np.ndarray:
         return out
 
 
-def session_make(backend: str, n: int) -> np.ndarray:
+def session_make(backend: Backend, n: int) -> np.ndarray:
     """``make(sandbox=pool)`` while another env keeps a server with room running."""
     with EnvServerPool(backend) as pool:
         keep = agentgym.make(ENV_ID, sandbox=pool)
@@ -217,12 +218,12 @@ async def timed_collect(sandbox: EnvServerPool | None) -> tuple[float, np.ndarra
     return wall, np.array([t.timings["step"] for e in episodes for t in e.turns])
 
 
-async def sandboxed_collect(backend: str, sessions: int) -> tuple[float, np.ndarray]:
+async def sandboxed_collect(backend: Backend, sessions: int) -> tuple[float, np.ndarray]:
     with EnvServerPool(backend, sessions_per_server=sessions) as pool:
         return await timed_collect(pool)
 
 
-def sessions_table(backends: Sequence[str]) -> Table:
+def sessions_table(backends: Sequence[Backend]) -> Table:
     table = Table(title="collect: 64 Sokoban episodes (<= 20 turns), 16 at once, RandomPolicy")
     for col in ("backend", "sessions per server", "servers", "wall s", "step p50 ms",
                 "step p99 ms"):

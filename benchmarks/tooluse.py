@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TypedDict
 
 import numpy as np
 from rich.console import Console
@@ -27,12 +28,20 @@ from rich.table import Table
 import agentgym
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import expert_action
+from agentgym.sandbox.spec import Backend
 
 console = Console()
 
 
-BACKENDS = {"in-process": {}, "subprocess": {"isolate": False}, "local": {"sandbox": "local"},
-            "docker": {"sandbox": "docker"}}
+class MakeArgs(TypedDict, total=False):
+    """What ``agentgym.make`` gets for a backend, beyond the env id."""
+
+    sandbox: Backend
+    isolate: bool
+
+
+BACKENDS: dict[str, MakeArgs] = {"in-process": {}, "subprocess": {"isolate": False},
+                                 "local": {"sandbox": "local"}, "docker": {"sandbox": "docker"}}
 
 
 def round_trips(backend: str, n: int) -> list[float]:

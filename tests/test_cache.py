@@ -52,6 +52,7 @@ def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
             acquired = time.monotonic()
             with host_lock("test"):  # re-entrant in this process
                 pass
+        assert proc.stdout is not None
         released = float(proc.stdout.readline())
     assert acquired >= released
     assert (tmp_path / "locks" / "test.lock").is_file()

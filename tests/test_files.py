@@ -65,8 +65,12 @@ def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[bool] = []
     real = os.fsync
-    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
-                        or real(fd))
+
+    def fsync(fd: int) -> None:
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
     atomic_write(tmp_path / "a", "x")
     assert synced == []
     atomic_write(tmp_path / "a", "y", fsync=True)

@@ -33,6 +33,7 @@ from agentgym.envs.gui.desktop import Desktop, desktop_available
 from agentgym.envs.gui.env import DesktopEnv
 from agentgym.envs.gui.expert import expert_action, parse_observation
 from agentgym.envs.gui.tasks import KEYFILE, gui_tasks, keyfile_value
+from agentgym.sandbox.spec import Backend
 
 pytestmark = pytest.mark.gui
 
@@ -190,7 +191,7 @@ def test_set_of_marks_numbers_the_elements() -> None:
 
 def test_episodes_start_from_a_clean_desktop(env: DesktopEnv) -> None:
     obs, info = play(env, "new_file-0")
-    assert info["success"]
+    assert info["success"] and env.desktop is not None
     path = env.desktop.home / env.task.target["path"]
     obs, info = env.reset(options={"task_id": "setting-0"})
     assert not path.exists()
@@ -300,6 +301,7 @@ def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(
         env: DesktopEnv) -> None:
     obs, info = env.reset(options={"task_id": "edit_text-0"})
     old = env.desktop
+    assert old is not None and old._proc is not None
     os.killpg(old._proc.pid, signal.SIGKILL)
     obs, _reward, terminated, truncated, info = env.step("wait()")
     assert truncated and not terminated and "desktop failed" in info["error"]
@@ -309,12 +311,13 @@ def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(
 
 
 def test_bad_arguments_raise() -> None:
-    for kwargs, message in [({"tasks": "paint"}, "tasks must be"),
-                            ({"split": "dev"}, "split must be"),
-                            ({"max_turns": 0}, "max_turns"),
-                            ({"screenshot": "jpeg"}, "screenshot must be"),
-                            ({"settle_s": -1}, "settle_s must be"),
-                            ({"width": 1024, "height": 768}, "at least 1280x800")]:
+    cases: list[tuple[dict[str, Any], str]] = [({"tasks": "paint"}, "tasks must be"),
+                                               ({"split": "dev"}, "split must be"),
+                                               ({"max_turns": 0}, "max_turns"),
+                                               ({"screenshot": "jpeg"}, "screenshot must be"),
+                                               ({"settle_s": -1}, "settle_s must be"),
+                                               ({"width": 1024, "height": 768}, "at least 1280x800")]
+    for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             DesktopEnv(**kwargs)
     env = DesktopEnv()
@@ -340,7 +343,7 @@ def test_turns_run_out() -> None:
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
-def test_the_desktop_runs_in_a_sandbox(backend: str, request: pytest.FixtureRequest) -> None:
+def test_the_desktop_runs_in_a_sandbox(backend: Backend, request: pytest.FixtureRequest) -> None:
     if backend == "local":
         from agentgym.sandbox.local import bwrap_usable
 

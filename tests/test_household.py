@@ -149,7 +149,7 @@ def test_check_env(task_type):
 def _trajectory(env: HouseholdEnv, seed: int) -> list:
     obs, info = env.reset(seed=seed)
     rng = random.Random(seed)
-    out = [obs, info]
+    out: list[object] = [obs, info]
     for _ in range(30):
         action = rng.choice(info["admissible_actions"] + ["nonsense"])
         obs, reward, terminated, truncated, info = env.step(action)

@@ -208,7 +208,7 @@ async def test_retry_after_is_capped(stub: Stub, tcp: str) -> None:
             return (await client.get("/")).raise_for_status()
 
         start = time.monotonic()
-        response = await retrying(attempts=2, backoff=0.0, max_wait=0.2)(send)
+        response: httpx.Response = await retrying(attempts=2, backoff=0.0, max_wait=0.2)(send)
     assert response.json()["n"] == 2 and time.monotonic() - start < 2
 
 

@@ -56,7 +56,7 @@ def test_unknown_kwargs_name_accepted_ones():
 
 def test_register_refuses_non_string_entry_point():
     with pytest.raises(TypeError, match="module:Class"):
-        agentgym.register("test/Eager-v0", entry_point=lambda: None)  # type: ignore[arg-type]
+        agentgym.register("test/Eager-v0", entry_point=lambda: None)
     assert "test/Eager-v0" not in gym.registry
 
 

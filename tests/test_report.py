@@ -450,7 +450,12 @@ def opened(browser: Any, path: Path) -> Iterator[Opened]:
         page.on("console", lambda msg: seen.errors.append(msg.text) if msg.type == "error"
                 else None)
         page.on("pageerror", lambda exc: seen.errors.append(str(exc)))
-        page.on("dialog", lambda dialog: (seen.dialogs.append(dialog.message), dialog.dismiss()))
+
+        def dismiss(dialog: Any) -> None:
+            seen.dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", dismiss)
         page.goto(path.as_uri(), wait_until="load")
         yield seen
     finally:

@@ -409,8 +409,8 @@ def test_unix_socket_paths_fit(sb: LocalSandbox) -> None:
 
 
 def test_no_warnings_in_the_normal_case() -> None:
-    if bwrap_usable() is not None:
-        pytest.skip(bwrap_usable())
+    if (why := bwrap_usable()) is not None:
+        pytest.skip(why)
     with warnings.catch_warnings():
         warnings.simplefilter("error", SandboxWarning)
         with LocalSandbox() as sb:

@@ -279,12 +279,14 @@ def test_pool_replaces_killed_sandboxes(base_image: str, client: Any) -> None:
         print(f"\ndocker pool warm acquire: p50 {statistics.median(times) * 1e3:.1f} ms, "
               f"max {max(times) * 1e3:.1f} ms")
         sb = pool.acquire(spec)
+        assert isinstance(sb, DockerSandbox)
         assert sb.exec(["ls", "-A"]).check().stdout == b""  # recycled: reset
         client.api.kill(sb.container_id)  # killed while leased
         with pytest.raises(SandboxDeadError):
             sb.exec(["true"])
         pool.release(sb, healthy=False)
         victim = pool.warm_sandboxes(spec)[0]
+        assert isinstance(victim, DockerSandbox)
         client.api.kill(victim.container_id)  # killed while warm
         eventually(lambda: victim not in pool.warm_sandboxes(spec))
         pool.prewarm(spec, wait_s=120)

@@ -178,10 +178,11 @@ def test_index_command(tmp_path):
 # --- the service ------------------------------------------------------------------------------
 
 
-def _start_service(index_dir: Path, ready: Path) -> subprocess.Popen:
+def _start_service(index_dir: Path, ready: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "agentgym.envs.search.service", str(index_dir),
                              "--port", "0", "--ready-file", str(ready)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
     line = proc.stdout.readline().decode()
     assert "ready" in line, proc.stderr.read().decode() if proc.poll() is not None else line
     return proc

@@ -36,7 +36,8 @@ def test_a_stream_is_the_same_in_another_process() -> None:
 
 
 def test_streams_are_independent() -> None:
-    keys = [("ns", 1, "a"), ("ns", 1, "b"), ("ns", 2, "a"), ("other", 1, "a"), ("ns", 1)]
+    keys: list[tuple[str, int] | tuple[str, int, str]] = [
+        ("ns", 1, "a"), ("ns", 1, "b"), ("ns", 2, "a"), ("other", 1, "a"), ("ns", 1)]
     draws = [_draws(rng(*key)) for key in keys]
     assert len({tuple(d) for d in draws}) == len(keys)
     # Drawing from one stream leaves another's draws alone.

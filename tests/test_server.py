@@ -313,7 +313,7 @@ def test_client_errors_are_clear(server):
     assert isinstance(info.value, ValueError) and info.value.code == "kwarg_not_allowed"
     env = RemoteEnv(server.url, SOKOBAN)
     with pytest.raises(TypeError, match="actions are text"):
-        env.step(3)  # type: ignore[arg-type]
+        env.step(3)
     env.close()
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()

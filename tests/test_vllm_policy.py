@@ -84,6 +84,7 @@ class RecordingPolicy(VLLMPolicy):
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = await super()._request(method, path, body)
         if path == "/v1/completions":
+            assert body is not None
             self.raw[tuple(body["prompt"])] = data["choices"][0]
         return data
 
@@ -160,7 +161,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]
                 if "lora_B" in name:
                     param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
         paths.append(tmp_path_factory.mktemp("lora") / f"adapter-{seed}")
-        model.save_pretrained(paths[-1])
+        model.save_pretrained(str(paths[-1]))
     return paths[0], paths[1], model.eval()
 
 

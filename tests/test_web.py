@@ -206,7 +206,7 @@ def test_bad_arguments_raise():
         with pytest.raises(ValueError, match="unknown reset option"):
             env.reset(options={"colour": "red"})
         with pytest.raises(TypeError):
-            env.step(3)  # type: ignore[arg-type]
+            env.step(3)
     finally:
         env.close()
 

@@ -205,11 +205,10 @@ def _rates_and_errors(summaries: Sequence[Mapping[str, Any] | None]
 
     The error bars are a list: matplotlib 3.11 warns on a ``(2, 1)`` array (a single bar).
     """
-    has_rate = [s is not None and s["success_rate"] is not None for s in summaries]
-    rates = np.array([s["success_rate"] if ok else np.nan for s, ok in zip(summaries, has_rate)],
-                     dtype=float)
-    bounds = np.array([s["success_ci95"] if ok else (np.nan, np.nan)
-                       for s, ok in zip(summaries, has_rate)], dtype=float).reshape(-1, 2)
+    rated = [s if s is not None and s["success_rate"] is not None else None for s in summaries]
+    rates = np.array([s["success_rate"] if s is not None else np.nan for s in rated], dtype=float)
+    bounds = np.array([s["success_ci95"] if s is not None else (np.nan, np.nan)
+                       for s in rated], dtype=float).reshape(-1, 2)
     # abs: the interval contains the rate, up to rounding
     errors = np.abs(np.stack([rates - bounds[:, 0], bounds[:, 1] - rates]))
     return rates, np.nan_to_num(errors).tolist()
@@ -366,7 +365,8 @@ def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> dict[
     """Mean, median and 95th percentile of each of :data:`_LATENCIES`, per entry and (with
     several entries) over all scored episodes: rows (entry, measure, n, mean, p50, p95) and the
     histograms per entry."""
-    values = {name: {entry: [] for entry in entries} for name in _LATENCIES}
+    values: dict[str, dict[str, list[float]]] = {name: {entry: [] for entry in entries}
+                                                 for name in _LATENCIES}
     for e in scored:
         for name, measure in _LATENCIES.items():
             values[name][entry_of(e)].extend(measure(e))

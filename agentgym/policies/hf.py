@@ -71,8 +71,9 @@ class HFPolicy:
         self.policy_version = 0
         """Version of the current weights; whoever replaces them increments it."""
         self.tokenizer: Any = load_tokenizer(model)
+        # transformers wraps .to with functools.wraps, whose type leaves ``self`` unbound.
         self.model: Any = module if module is not None else AutoModelForCausalLM.from_pretrained(
-            resolve_model(model), dtype=_DTYPES[dtype]).to(self.device).eval()
+            resolve_model(model), dtype=_DTYPES[dtype]).to(self.device).eval()  # type: ignore[arg-type]
         self.eos_ids = torch.tensor(sorted(_eos_ids(self.tokenizer, self.model)),
                                     device=self.device)
         self.context_length: int = self.model.config.max_position_embeddings

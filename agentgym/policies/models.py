@@ -50,7 +50,8 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                  dtype=torch.float32)
     # The loaded model is plain fp32; drop the GGUF quantization marks so that it saves as such.
-    model.hf_quantizer = None
+    # from_pretrained sets hf_quantizer; transformers' model type does not declare it.
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)

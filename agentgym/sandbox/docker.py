@@ -80,7 +80,7 @@ def _errors() -> Any:
 class DockerProcess(SandboxProcess):
     """A process started by :meth:`DockerSandbox.spawn` (a detached exec)."""
 
-    def __init__(self, sandbox: DockerSandbox, exec_id: str, pid_file: str, log_path: Path) -> None:
+    def __init__(self, sandbox: DockerSandbox, exec_id: str, pid_file: Path, log_path: Path) -> None:
         super().__init__(log_path)
         self._sandbox, self._exec_id, self._pid_file = sandbox, exec_id, pid_file
         self._status: int | None = None

@@ -97,9 +97,9 @@ def _bwrap_mode() -> tuple[str | None, bool]:
                 "--proc", "/proc", "--dev", "/dev", *_python_binds(()), "--", sys.executable,
                 "-c", ""]
         try:
-            probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
-                                   preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
-            if probe.returncode == 0:
+            root_probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
+                                        preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
+            if root_probe.returncode == 0:
                 return None, True
         except (OSError, subprocess.SubprocessError):
             pass

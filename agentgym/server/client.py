@@ -217,7 +217,8 @@ class RemoteEnv(_SessionEnv, TextEnv):
     :meth:`acreate`) that raises has closed the env.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "render_fps": 4}
+    # A class attribute; gymnasium annotates it without ClassVar (see TextEnv).
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": [], "render_fps": 4}  # type: ignore[misc]
     step_in_thread: ClassVar[bool] = False
     #: ``areset``/``astep`` await network I/O, so an asyncio timeout can cut them short (the
     #: rollout engine reads this; an env that steps inline on the loop cannot be interrupted).
@@ -245,7 +246,8 @@ class RemoteEnv(_SessionEnv, TextEnv):
             self.session.close()
             raise TypeError(f"{self.env_id} does not have text spaces; RemoteEnv is a TextEnv")
         self.observation_space, self.action_space = observation_space, action_space
-        self.family = answer.get("family", self.family)
+        # Deliberately per instance: a remote env's family is known only once its session opens.
+        self.family = answer.get("family", self.family)  # type: ignore[misc]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[str, dict[str, Any]]:
@@ -357,8 +359,7 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
         return self._reset_result(
             await self.session.acall("reset", {"seed": seed, "options": options}))
 
-    def step(  # type: ignore[override]
-            self, actions: Mapping[Any, Any]) -> tuple[dict[Any, Any], ...]:
+    def step(self, actions: Mapping[Any, Any]) -> tuple[dict[Any, Any], ...]:
         return self._step_result(self.session.call("step", self._actions(actions)))
 
     async def astep(self, actions: Mapping[Any, Any]) -> tuple[dict[Any, Any], ...]:

@@ -23,7 +23,7 @@ import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from conftest import unavailable
@@ -40,17 +40,19 @@ from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fi
 )
 
 import agentgym
-from agentgym.envs.tooluse.env import WORKSPACE_BYTES
+from agentgym.envs.tooluse.env import WORKSPACE_BYTES, ToolUseEnv
 from agentgym.hosting import EnvServerPool
-from agentgym.sandbox import build_images
+from agentgym.sandbox import LocalSandbox, build_images
 from agentgym.sandbox.local import bwrap_usable
 
 TOOLUSE = "agentgym/ToolUse-v0"
-KWARGS = {"max_turns": 50, "timeout_s": 20}
+KWARGS: dict[str, Any] = {"max_turns": 50, "timeout_s": 20}
+#: Where the sessions run: in this process, or on an env server in a sandbox backend.
+Placement = Literal["in-process", "local", "docker"]
 
 
 @pytest.fixture(params=["in-process", "local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
+def backend(request: pytest.FixtureRequest) -> Placement:
     if (problem := bwrap_usable()) is not None:
         unavailable(problem)
     if request.param == "docker":
@@ -60,7 +62,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @contextlib.contextmanager
-def two_sessions(backend: str) -> Iterator[tuple[Any, Any]]:
+def two_sessions(backend: Placement) -> Iterator[tuple[Any, Any]]:
     """Two ToolUse sessions, reset; under a sandbox backend on one env server."""
     with contextlib.ExitStack() as stack:
         if backend == "in-process":
@@ -77,7 +79,7 @@ def two_sessions(backend: str) -> Iterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
-def sessions(backend: str) -> Iterator[tuple[Any, Any]]:
+def sessions(backend: Placement) -> Iterator[tuple[Any, Any]]:
     with two_sessions(backend) as pair:
         yield pair
 
@@ -162,7 +164,9 @@ def test_disk_fill_stops_at_the_quota(sessions: tuple[Any, Any]) -> None:
     quota_mib = WORKSPACE_BYTES >> 20
     for place in ("big", "/tmp/big"):
         bash(a, f"dd if=/dev/zero of={place} bs=1M count={2 * quota_mib}", timeout_s=30)
-        size = int(re.search(r"stdout:\n(\d+)", bash(a, f"stat -c %s {place}")).group(1))
+        found = re.search(r"stdout:\n(\d+)", bash(a, f"stat -c %s {place}"))
+        assert found is not None
+        size = int(found.group(1))
         assert 0 < size <= WORKSPACE_BYTES
     answers(a, b)
     assert "stdout:\nfreed" in bash(a, "rm big /tmp/big && echo x > small && echo freed")
@@ -197,7 +201,9 @@ def test_sessions_cannot_reach_each_other(sessions: tuple[Any, Any]) -> None:
                   f"grep -rl {token} /tmp /sandbox /run /var /home /opt /srv /mnt 2>/dev/null; "
                   "echo end", timeout_s=20)
     assert "secret" not in out and token not in out, out
-    processes = int(re.search(r"stdout:\n(\d+)", out).group(1))  # type: ignore[union-attr]
+    found = re.search(r"stdout:\n(\d+)", out)
+    assert found is not None
+    processes = int(found.group(1))
     assert processes <= 6, out  # its own few: no other session's, no server's
     assert token in bash(a, "cat secret.txt /tmp/secret2.txt")  # a's files are intact
 
@@ -207,7 +213,9 @@ def test_close_removes_the_sessions_sandboxes() -> None:
         unavailable(problem)
     env = agentgym.make(TOOLUSE)
     env.reset(seed=0)
+    assert isinstance(env.unwrapped, ToolUseEnv)
     sandbox = env.unwrapped.sandbox
+    assert isinstance(sandbox, LocalSandbox)  # in process, the tools run in bubblewrap
     host_dir, uid = sandbox.host_dir, sandbox.uid
     call(env, "bash", command="sleep 100 & echo")
     env.close()

@@ -350,7 +350,7 @@ class Desktop:
         return {}
 
 
-_STATE = {}
+_STATE: dict[str, object] = {}  # STATES name -> Atspi.StateType (gi has no type information)
 
 
 def _init_states():

@@ -140,15 +140,17 @@ class DesktopEnv(TextEnv):
         self._episode_id = f"{self._instance}-{int(self.np_random.integers(1 << 32)):08x}"
         desktop = self._desktop()
         files = {KEYFILE: PRESET.encode()}
-        for path, data in self.task.files.items():
-            files[path] = files.get(path, b"") + data
+        for rel_path, data in self.task.files.items():
+            files[rel_path] = files.get(rel_path, b"") + data
         desktop.reset_home(files)
         shared = len(self.task.apps) > 1
         for name, path in self.task.apps:
             app = APPS[name]
-            file = str(desktop.home / path) if path is not None else None
-            argv = [file if a == "{file}" else a for a in app.argv
-                    if file is not None or a != "{file}"]
+            if path is None:
+                argv = [a for a in app.argv if a != "{file}"]
+            else:
+                file = str(desktop.home / path)
+                argv = [file if a == "{file}" else a for a in app.argv]
             x, y, w, h = app.shared_box if shared else (0, 0, self.width, self.height)
             desktop.launch(argv, app.atspi, (x, y, w - FRAME[0], h - FRAME[1]))
         if shared:  # the first application (the one that saves) gets the keyboard

@@ -129,6 +129,7 @@ def _archive_path(nodes: list[Node], task: GuiTask) -> str | None:
     location = _find(nodes, "text", where=lambda n: (n.text or "").endswith("/Documents/"))
     if location is None or "focused" not in location.states:
         return None
+    assert location.text is not None  # where= matched its text
     return f"type({json.dumps(location.text[:-len('Documents/')] + 'Archive/')})"
 
 

@@ -40,7 +40,7 @@ def render_tree(nodes: list[dict[str, Any]], max_text: int = 400) -> tuple[str, 
             shown = text if len(text) <= max_text else text[:max_text] + "..."
             line += " = " + json.dumps(shown, ensure_ascii=False)
         lines.append(line)
-    return "\n".join(lines), boxes  # type: ignore[return-value]
+    return "\n".join(lines), boxes
 
 
 def set_of_marks(png: bytes, boxes: list[Element]) -> str:

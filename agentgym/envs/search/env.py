@@ -116,7 +116,9 @@ class SearchQAEnv(TextEnv):
                                                     retriever)
         self._by_id = {q.id: q for q in self.questions}
         self._question: Question = self.questions[0]
-        self._turns, self._done, self._titles, self._found = 0, False, set(), set()
+        self._turns, self._done = 0, False
+        self._titles: set[str] = set()  # of the passages retrieved so far
+        self._found: set[str] = set()  # their ids
         self._answer_scores: dict[str, float] = {}
 
     @staticmethod

@@ -59,6 +59,7 @@ def create_app(retriever: Retriever, num_passages: int) -> Any:
                 raise TypeError("the body must be a JSON object {\"queries\": [...], \"k\": N}")
             queries, k = payload.get("queries"), payload.get("k", 10)
             check_queries(queries, k)
+            assert queries is not None  # check_queries raised otherwise
             if len(queries) > MAX_BATCH:
                 raise ValueError(f"{len(queries)} queries in one request; the limit is {MAX_BATCH}")
         except (ValueError, TypeError) as exc:  # JSONDecodeError is a ValueError

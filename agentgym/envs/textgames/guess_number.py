@@ -87,7 +87,7 @@ class GuessNumberEnv(TextEnv):
         self._guesses += 1
         guess = int(text) if _NUMBER.fullmatch(text) else None
         valid = guess is not None and 1 <= guess <= self.high
-        if not valid:
+        if guess is None or not valid:
             message = f"That is not a guess: reply with one whole number from 1 to {self.high}."
         elif guess == self._secret:
             self._success = True

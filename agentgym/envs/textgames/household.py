@@ -301,6 +301,7 @@ class House:
             match = _PUT.fullmatch(command)
             r = self.receptacle_index.get(match[2], _NONE) if match else _NONE
             if r != _NONE:
+                assert match is not None  # r came from it
                 return f"put {match[1]} {self.receptacles[r].preposition} {match[2]}"
         return command
 
@@ -408,6 +409,7 @@ class House:
     def transform(self) -> str:
         rec = self.receptacles[self.at]
         kind = rec.appliance
+        assert kind is not None  # admissible only at an appliance (see admissible)
         # Heating and cooling undo each other; cleaning is kept.
         opposite = {HEAT: COOL, COOL: HEAT}.get(kind)
         self.flags[self.held] = self.flags[self.held] - {opposite} | {kind}
@@ -705,6 +707,7 @@ class HouseholdEnv(TextEnv):
         else:
             observation = transition()
             self._refresh()
+            assert self._task is not None  # reset sets it with _house
             self._success = house.goal_reached(self._task)
             reward = float(self._success)
         truncated = not self._success and self._steps >= self.max_steps
@@ -718,6 +721,7 @@ class HouseholdEnv(TextEnv):
     def expert_action(self) -> str:
         """The scripted expert's next action from the current state (always admissible)."""
         house = self._require_reset()
+        assert self._task is not None  # reset sets it with _house
         return expert_action(house, self._task)
 
     def _require_reset(self) -> House:
@@ -726,9 +730,11 @@ class HouseholdEnv(TextEnv):
         return self._house
 
     def _refresh(self) -> None:
-        self._actions = self._house.admissible()
+        house, task = self._house, self._task
+        assert house is not None and task is not None  # reset set both
+        self._actions = house.admissible()
         self._sorted_actions = tuple(sorted(self._actions))
-        self._state_key = f"{self._task.task_id}|{self._house.state_key()}"
+        self._state_key = f"{task.task_id}|{house.state_key()}"
 
     def _unavailable(self) -> str:
         actions = self._sorted_actions
@@ -738,6 +744,7 @@ class HouseholdEnv(TextEnv):
 
     def _info(self, action_valid: bool | None = None) -> dict[str, Any]:
         task = self._task
+        assert task is not None  # only called after a reset
         info: dict[str, Any] = {
             "task_id": task.task_id,
             "task_type": task.task_type,

@@ -340,10 +340,11 @@ def _int_arg(name: str, value: Any, low: int, high: int | None = None, why: str 
     """``value`` as an int in ``[low, high]``; TypeError for a non-int, ValueError out of range."""
     if not isinstance(value, Integral) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r:.60}")
-    if value < low or (high is not None and value > high):
+    number = int(value)  # exact for an Integral (numbers.Integral declares no __gt__)
+    if number < low or (high is not None and number > high):
         allowed = f"at least {low}" if high is None else f"between {low} and {high}"
         raise ValueError(f"{name} must be {allowed}{why}; got {value}")
-    return int(value)
+    return number
 
 
 def _dim_arg(dim_room: Any) -> tuple[int, int]:

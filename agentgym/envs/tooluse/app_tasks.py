@@ -385,7 +385,8 @@ def _free_start(events: list[dict[str, Any]], earliest: int, length: int) -> int
 
 def _reschedule(rng: random.Random, world: State) -> _Draft | None:
     today = _today(world)
-    options = [(event, cid) for event in world["calendar"]
+    calendar: list[dict[str, Any]] = world["calendar"]
+    options = [(event, cid) for event in calendar
                if _day_of(event) > today and _minutes(event["start"]) < 15 * 60
                for cid in event["attendees"] if _the_meeting(world, cid, _day_of(event)) is event]
     if not options:
@@ -832,6 +833,7 @@ class _Comparison:
         if want is None and have is None:
             return []
         if have is None:
+            assert want is not None  # both None returned above
             return [f"{self.noun} {oid} ({_label(self.kind, want)}) was deleted; it should not be"]
         if want is None:
             return [f"{self.noun} {oid} ({_label(self.kind, have)}) should have been deleted"]

@@ -298,9 +298,10 @@ def calendar_get_event(state: State, event_id: str) -> dict[str, Any]:
 def calendar_create_event(state: State, title: str, start: str, end: str,
                           attendees: list[str] | None = None,
                           location: str = "") -> dict[str, Any]:
-    event = {"title": _text(title, "title"), "start": _datetime(start, "start"),
-             "end": _datetime(end, "end"), "attendees": _attendees(state, attendees or []),
-             "location": location.strip()}
+    event: dict[str, Any] = {"title": _text(title, "title"), "start": _datetime(start, "start"),
+                             "end": _datetime(end, "end"),
+                             "attendees": _attendees(state, attendees or []),
+                             "location": location.strip()}
     _span(event["start"], event["end"])
     event = {"id": new_id(state, "calendar"), **event}
     state["calendar"].append(event)

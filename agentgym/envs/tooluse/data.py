@@ -46,13 +46,13 @@ import statistics
 import string
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
 from fractions import Fraction
 from pathlib import Path
 from textwrap import dedent
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from agentgym import seeding
 from agentgym.seeding import SPLITS
@@ -383,7 +383,10 @@ def _number(instruction: str, value: str, calls: tuple[tuple[str, dict[str, Any]
     return _Question(instruction, value, "number", tolerance, calls)
 
 
-def _unique_top(totals: dict[str, Any], k: int = 1) -> list[str] | None:
+_K = TypeVar("_K")
+
+
+def _unique_top(totals: Mapping[_K, float], k: int = 1) -> list[_K] | None:
     """The ``k`` keys with the largest totals, largest first, or ``None`` where the order of the
     first ``k + 1`` has a tie (a missing key counts as 0)."""
     ranked = sorted(totals, key=lambda key: -totals[key])

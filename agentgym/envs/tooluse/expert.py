@@ -12,17 +12,25 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentgym.envs.tooluse.app_tasks import AppTask
+    from agentgym.envs.tooluse.data import DataTask
 
 __all__ = ["expert_action"]
 
 
 @functools.cache
-def _tasks() -> dict[str, Any]:
+def _tasks() -> dict[str, DataTask | AppTask]:
     from agentgym.envs.tooluse.app_tasks import app_tasks
     from agentgym.envs.tooluse.data import data_tasks
 
-    return {t.id: t for split in ("train", "test") for t in (*data_tasks(split), *app_tasks(split))}
+    tasks: dict[str, DataTask | AppTask] = {}
+    for split in ("train", "test"):
+        tasks.update({t.id: t for t in data_tasks(split)})
+        tasks.update({t.id: t for t in app_tasks(split)})
+    return tasks
 
 
 def expert_action(observation: str, info: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from agentgym import seeding
 
@@ -752,8 +753,10 @@ class Catalog:
         rows = [self._terms[t] for t in dict.fromkeys(words) if t in self._terms]
         if rows:
             spans = [slice(self._starts[t], self._starts[t + 1]) for t in rows]
-            scores = np.bincount(np.concatenate([self._docs[s] for s in spans]),
-                                 np.concatenate([self._weights[s] for s in spans]), minlength=n)
+            # With weights the counts are float64; numpy's stub types bincount as intp regardless.
+            scores: npt.NDArray[np.float64] = np.bincount(  # type: ignore[assignment]
+                np.concatenate([self._docs[s] for s in spans]),
+                np.concatenate([self._weights[s] for s in spans]), minlength=n)
             hits = np.flatnonzero(scores > 0)
         elif words:
             return []

@@ -199,6 +199,7 @@ def _instruction(rng: random.Random, category: tuple[str, ...], attributes: tupl
     who = _FOR.get(category[1], "")
     before = [a for a in attributes if not a.startswith(_AFTER)]
     after = [a for a in attributes if a.startswith(_AFTER)]
+    joins: tuple[str, ...]
     if rng.random() < 0.6:
         item, joins = _article(" ".join([*before, noun, *after]), noun) + who, _JOINS
     else:
