@@ -3,11 +3,12 @@
     agentgym list [--family F]          every registered env (Gymnasium and multi-agent), plugins
                                         included
     agentgym play ENV_ID [--seed N]     play an env yourself in the terminal (Ctrl-D quits)
-    agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides, see conf/eval.yaml)
+    agentgym eval [OVERRIDES...]        evaluate a policy (Hydra overrides KEY=VALUE; --help lists
+                                        every key, --cfg job prints the config, --info more)
     agentgym report RUN [RUN...] [--out DIR]
                                         write a run's report.html; with several runs, a
                                         side-by-side compare.html and leaderboard.json
-    agentgym train [OVERRIDES...]       train with RL (Hydra overrides, see conf/train.yaml)
+    agentgym train [OVERRIDES...]       train with RL (Hydra overrides; --help, --cfg job, --info)
     agentgym serve [--port 0 ...]       serve env sessions over HTTP (see agentgym.server.main)
     agentgym build [FAMILY...] [--base-image IMG | --offline-base]
                                         build env families' container images (default: all);
@@ -20,6 +21,9 @@
 
 Env families add their own commands (``agentgym.commands`` entry points): the search family's
 ``agentgym index CORPUS OUT_DIR`` builds a BM25 index.
+
+Output that is not a terminal (a pipe, a file) gets no escape codes, and tables as wide as their
+content instead of folded at 80 columns (``COLUMNS`` sets the width).
 """
 
 from __future__ import annotations
@@ -34,16 +38,16 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import yaml
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 import agentgym
+from agentgym.console import output_console
 from agentgym.harness import report
 from agentgym.registry import PluginWarning
 from agentgym.server import main as server_main  # argparse only: `serve` loads the server
 
-console = Console()
+console = output_console()
 
 #: The entry point group of the commands that env families add to the CLI.
 COMMANDS_GROUP = "agentgym.commands"
@@ -81,9 +85,18 @@ def cmd_play(args: argparse.Namespace) -> int:
     except (agentgym.UnknownEnvError, TypeError, ValueError) as exc:
         console.print(f"[red]agentgym play:[/red] {exc}", highlight=False)
         return 2
+    if sys.stdin.isatty():  # line editing and history: arrow keys edit the line, not the action
+        try:
+            import readline  # noqa: F401  (input() uses it once imported)
+        except ImportError:  # (no readline on this platform)
+            pass
     options = {"task_id": args.task_id} if args.task_id else None
     obs, info = env.reset(seed=args.seed, options=options)
-    console.rule(f"{args.env_id}  task {info.get('task_id', '?')}")
+    title = f"{args.env_id}  task {info.get('task_id', '?')}"
+    if console.is_terminal:
+        console.rule(title)
+    else:
+        console.print(f"== {title}", highlight=False, markup=False)
     if info.get("instruction"):
         console.print(f"[bold]Task:[/bold] {info['instruction']}", highlight=False)
     console.print("Type an action; ':actions' lists the valid ones; Ctrl-D quits.\n", style="dim")
@@ -115,13 +128,75 @@ def cmd_play(args: argparse.Namespace) -> int:
         env.close()
 
 
+#: The module that registers each config command's schema (imported only by that command).
+CONFIG_COMMANDS = {"eval": "agentgym.harness.eval", "train": "agentgym.trainers.loop"}
+
+
+def _register(command: str) -> None:
+    """Import the module that defines ``command``'s schema: it registers it on import."""
+    import importlib
+
+    importlib.import_module(CONFIG_COMMANDS[command])
+
+
+class ConfigHelp(argparse.Action):
+    """``-h/--help`` of a config command: argparse's help, then every config key with its
+    default and meaning (:func:`agentgym.conf.config_help`, from the schema dataclass)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show this help, with every config key, and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        command = parser.prog.split()[-1]
+        text = parser.format_help()
+        try:
+            from agentgym.conf import config_help
+
+            _register(command)
+            text += "\n" + config_help(command) + "\n"
+        except ImportError as exc:  # (train needs torch)
+            text += f"\n(the config keys need {exc.name}, which is missing)\n"
+        print(text, end="")
+        parser.exit()
+
+
+def _config_request(command: str, args: argparse.Namespace) -> int | None:
+    """``--cfg job`` (the composed config as YAML) and ``--info`` (where it comes from): print
+    and return the exit status, 2 for a bad config; ``None`` when neither was asked."""
+    if not args.cfg and not args.info:
+        return None
+    from omegaconf import OmegaConf
+
+    from agentgym.conf import CONFIG_ERRORS, compose, config_info
+
+    _register(command)
+    try:
+        if args.info:
+            print(config_info(command, args.overrides))
+        else:
+            print(OmegaConf.to_yaml(compose(command, args.overrides), resolve=args.resolve), end="")
+    except CONFIG_ERRORS as exc:
+        console.print(f"[red]agentgym {command}: bad configuration:[/red] {escape(str(exc))}",
+                      highlight=False, soft_wrap=True)
+        return 2
+    return 0
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    status = _config_request("eval", args)
+    if status is not None:
+        return status
     from agentgym.harness.eval import run_eval_cli
 
     return run_eval_cli(args.overrides)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    status = _config_request("train", args)
+    if status is not None:
+        return status
     from omegaconf import OmegaConf
 
     from agentgym.conf import CONFIG_ERRORS, compose
@@ -131,10 +206,30 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = TrainConfig.from_dict(
             OmegaConf.to_container(compose("train", args.overrides), resolve=True))
     except (*CONFIG_ERRORS, TypeError, ValueError) as exc:
-        console.print(f"[red]agentgym train: bad configuration:[/red] {exc}", highlight=False)
+        console.print(f"[red]agentgym train: bad configuration:[/red] {escape(str(exc))}",
+                      highlight=False, soft_wrap=True)
         return 2
     train(cfg)
     return 0
+
+
+def _config_command(sub: Any, name: str, summary: str, description: str, example: str
+                    ) -> argparse.ArgumentParser:
+    """A command configured by Hydra overrides, with Hydra's ``--cfg job`` and ``--info``."""
+    p = sub.add_parser(name, help=summary, description=description, add_help=False,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-h", "--help", action=ConfigHelp)
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help=f"Hydra overrides, e.g. {example}; +KEY=VALUE adds a key to a dict "
+                        "(+env_kwargs.split=dev), GROUP=OPTION picks a config of a group")
+    p.add_argument("-c", "--cfg", choices=["job"], default=None,
+                   help="print the composed config (YAML) and exit")
+    p.add_argument("--resolve", action="store_true",
+                   help="with --cfg: resolve ${...} interpolations")
+    p.add_argument("-i", "--info", action="store_true",
+                   help="print where the config comes from (search path, schema, defaults list, "
+                        "group choices) and the composed config, and exit")
+    return p
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -186,16 +281,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env constructor argument (YAML value); repeatable")
     p.set_defaults(func=cmd_play)
 
-    p = sub.add_parser("eval", help="evaluate a policy on environments (Hydra overrides)")
-    p.add_argument("overrides", nargs="*", help="e.g. env=agentgym/Sokoban-v0 episodes=16")
+    p = _config_command(sub, "eval", "evaluate a policy on environments (Hydra overrides)",
+                        "Evaluate a policy on a suite of environments or on one env; re-running "
+                        "a command resumes its run.",
+                        "suite=smoke policy=random concurrency=8")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", help="write a run's report.html, or compare runs side by side")
     report.add_arguments(p)
     p.set_defaults(func=report.run)
 
-    p = sub.add_parser("train", help="train a policy with RL (Hydra overrides)")
-    p.add_argument("overrides", nargs="*", help="e.g. estimator=grpo steps=50 learner.lr=1e-5")
+    p = _config_command(sub, "train", "train a policy with RL (Hydra overrides)",
+                        "Train a policy with RL on one environment, with turn-level credit "
+                        "assignment; resume=true continues a stopped run exactly.",
+                        "estimator=grpo steps=50 learner.lr=1e-5")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
@@ -254,7 +353,12 @@ def _terminate(signum: int, frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; an interrupted one exits 130 (Ctrl-C) or 143 (SIGTERM), without a
     traceback."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # overrides after an option (`eval env=X --cfg job tasks=2`) are overrides too
+        if getattr(args, "overrides", None) is None or any(x.startswith("-") for x in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _terminate)
     try:

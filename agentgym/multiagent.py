@@ -229,7 +229,7 @@ class _Run:
     prompters: Callable[[str], Any]
     sampling: SamplingParams
     signals: Mapping[str, float]
-    max_steps: int
+    max_game_steps: int
 
 
 async def step_parallel(env: ParallelEnv, seats: Mapping[str, Seat], observations: dict[str, Any],
@@ -261,25 +261,25 @@ async def step_parallel(env: ParallelEnv, seats: Mapping[str, Seat], observation
     return observations, rewards, terminations, truncations, infos
 
 
-async def _play_parallel(env: ParallelEnv, seats: dict[str, Seat], task: Task, max_steps: int
-                         ) -> dict[str, dict[str, Any]]:
+async def _play_parallel(env: ParallelEnv, seats: dict[str, Seat], task: Task,
+                         max_game_steps: int) -> dict[str, dict[str, Any]]:
     observations, infos = await _call(env, "reset", seed=task.seed, options=_options(task))
     for agent in env.agents:
         seats[agent].start(infos[agent])
-    for _ in range(max_steps):
+    for _ in range(max_game_steps):
         if not env.agents:
             break
         observations, *_, infos = await step_parallel(env, seats, observations, infos)
     return infos
 
 
-async def _play_aec(env: AECEnv, seats: dict[str, Seat], task: Task, max_steps: int
-                    ) -> dict[str, dict[str, Any]]:
+async def _play_aec(env: AECEnv, seats: dict[str, Seat], task: Task,
+                    max_game_steps: int) -> dict[str, dict[str, Any]]:
     env.reset(seed=task.seed, options=_options(task))
     infos = dict(env.infos)
     for agent in env.agents:
         seats[agent].start(infos[agent])
-    for agent in env.agent_iter(max_steps):
+    for agent in env.agent_iter(max_game_steps):
         observation, reward, terminated, truncated, info = env.last()
         seats[agent].credit(reward)
         infos[agent] = info
@@ -324,8 +324,8 @@ async def _play(run: _Run, task: Task, member: int) -> GameResult:
                                 run.signals)
         result.episodes = {agent: seat.episode for agent, seat in seats.items()}
         play = _play_parallel if isinstance(env, ParallelEnv) else _play_aec
-        result.infos = await play(env, seats, task, run.max_steps)
-        for agent in env.agents:  # still playing after max_steps
+        result.infos = await play(env, seats, task, run.max_game_steps)
+        for agent in env.agents:  # still playing after max_game_steps
             seats[agent].finish(result.infos.get(agent, {}), False, True)
         if callable(getattr(env, "game_record", None)):
             result.record = env.game_record()
@@ -363,7 +363,7 @@ async def acollect(
     tasks: Iterable[Task],
     *,
     group_size: int = 1,
-    max_steps: int = 10_000,
+    max_game_steps: int = 10_000,
     concurrency: int = 16,
     prompter: PrompterProtocol | Mapping[str, PrompterProtocol] | None = None,
     sampling: SamplingParams | None = None,
@@ -383,7 +383,9 @@ async def acollect(
         policies: one policy for every seat, or ``{agent: policy}`` naming every agent. The same
             policy object may play several seats (its requests are batched together).
         tasks: start states; ``reset(seed=task.seed, options={"task_id": task.task_id})``.
-        max_steps: env steps (parallel) or agent turns (AEC) after which a game is truncated.
+        max_game_steps: env steps (parallel) or agent turns (AEC) after which a game is truncated
+            (a bound on the whole game; a single-agent episode's is ``max_turns``, one agent's
+            turns).
         concurrency: games in flight at once.
         prompter: message builder and action parser (see :class:`WholeResponse`), one for every
             seat or ``{agent: prompter}``; default :func:`default_prompter` of the env's family.
@@ -396,9 +398,9 @@ async def acollect(
         skip: ``skip(task, member)`` true leaves that game out (e.g. one a resumed evaluation
             already has).
     """
-    if group_size < 1 or max_steps < 1 or concurrency < 1:
-        raise ValueError(f"group_size, max_steps and concurrency must be >= 1, got "
-                         f"{group_size}, {max_steps}, {concurrency}")
+    if group_size < 1 or max_game_steps < 1 or concurrency < 1:
+        raise ValueError(f"group_size, max_game_steps and concurrency must be >= 1, got "
+                         f"{group_size}, {max_game_steps}, {concurrency}")
     tasks = list(tasks)
     if isinstance(env, str):
         env_id, family = env, manifest(env).family
@@ -416,7 +418,8 @@ async def acollect(
         env_id=env_id, pool=EnvPool(factory), policies=_per_agent(policies, "policies"),
         batchers=Batchers((timeouts or Timeouts()).generate),
         prompters=_per_agent(prompter or default_prompter(family), "prompter"),
-        sampling=sampling or SamplingParams(), signals=dict(signals or {}), max_steps=max_steps,
+        sampling=sampling or SamplingParams(), signals=dict(signals or {}),
+        max_game_steps=max_game_steps,
     )
     slots = asyncio.Semaphore(concurrency)
     stats = {"done": 0, "errors": 0, "turns": 0}

@@ -23,17 +23,25 @@ from typing import Any
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
 from test_sandbox_support import descendants, no_leftovers  # noqa: F401  (no_leftovers: autouse)
 from test_sandboxed_envs import backend, bwrap, current_textgames_image  # noqa: F401  (fixtures)
 
 from agentgym.episode import Episode, load_episodes
-from agentgym.harness.eval import EvalSetupError, compose_eval_config, run_eval, run_eval_cli
+from agentgym.harness.eval import (
+    EvalConfig,
+    EvalSetupError,
+    SamplingConfig,
+    compose_eval_config,
+    run_eval,
+    run_eval_cli,
+)
 from agentgym.harness.stats import failure_category
 from agentgym.harness.store import RunConfigMismatch, RunDirError, unit_key
 from agentgym.harness.suite import SuiteError, available_suites, suite_from_config
 from agentgym.policies.scripted import RandomPolicy
-from agentgym.policy import Generation, GenerationRequest
+from agentgym.policy import Generation, GenerationRequest, SamplingParams
 from agentgym.sandbox.base import HOST_DIR_PREFIX
 from agentgym.sandbox.owner import Owner
 
@@ -139,13 +147,13 @@ def test_smoke_suite_runs_every_entry_and_resumes(tmp_path: Path) -> None:
     assert {e.tags["entry"] for e in episodes} == {e.name for e in suite.entries}
     assert summary["entries"]["household"]["task_types"]  # Household names its task types
     first = outcomes(out)
-    _, again = evaluate(tmp_path / "run", "suite=smoke", "workers=3")  # workers: not a result
+    _, again = evaluate(tmp_path / "run", "suite=smoke", "concurrency=3")  # concurrency: not a result
     assert again["resumed"] == {"kept": suite.units, "retried": 0, "torn": 0}
     assert outcomes(out) == first and again["episodes"] == summary["episodes"]
 
 
 def test_suite_entries_take_missing_keys_from_the_top_level() -> None:
-    config = {"env": "agentgym/Sokoban-v0", "env_kwargs": {}, "seed": 7, "episodes": 3,
+    config = {"env": "agentgym/Sokoban-v0", "env_kwargs": {}, "seed": 7, "tasks": 3,
               "group_size": 2, "max_turns": 9, "task_ids": [],
               "suite": {"name": "mine", "entries": [
                   {"env": "agentgym/GuessNumber-v0"},
@@ -153,7 +161,7 @@ def test_suite_entries_take_missing_keys_from_the_top_level() -> None:
                    "env_kwargs": {"num_boxes": 2}}]}}
     suite = suite_from_config(config)
     first, second = suite.entries
-    assert (first.name, first.seed, first.episodes, first.group_size, first.max_turns) == \
+    assert (first.name, first.seed, first.tasks, first.group_size, first.max_turns) == \
         ("agentgym/GuessNumber-v0", 7, 3, 2, 9)
     assert (second.max_turns, second.env_kwargs) == (4, {"num_boxes": 2})
     assert suite.units == 12
@@ -174,18 +182,73 @@ def test_suite_entries_take_missing_keys_from_the_top_level() -> None:
      "entry names must be unique"),
     ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "games": True}]},
      "not a multi-agent env"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "episodes": 0}]},
-     "episodes must be an integer >= 1"),
+    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "tasks": 0}]},
+     "tasks must be an integer >= 1"),
     ({"name": "s", "include": ["nosuch"]}, "unknown suite 'nosuch'"),
     ({"name": "s", "entries": []}, "has no entries"),
+    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "episodes": 2}]},
+     "suite s, entry 0: 'episodes' is now 'tasks'"),  # an old name names the new one
+    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "max_turn": 2}]},
+     r"unknown key\(s\) \['max_turn'\] \(did you mean 'max_turn' -> 'max_turns'\?\)"),
 ])
 def test_bad_suites_are_clear_errors(suite: dict[str, Any], message: str) -> None:
     with pytest.raises(SuiteError, match=message):
-        suite_from_config({"env": "x", "env_kwargs": {}, "seed": 0, "episodes": 1,
+        suite_from_config({"env": "x", "env_kwargs": {}, "seed": 0, "tasks": 1,
                            "group_size": 1, "max_turns": 1, "task_ids": [], "suite": suite})
 
 
+def test_a_config_with_an_old_key_names_the_new_one() -> None:
+    with pytest.raises(SuiteError, match="'episodes' is now 'tasks'"):
+        suite_from_config({"env": "agentgym/Sokoban-v0", "episodes": 2})
+
+
 # --- bad input on the command line ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("override, message", [
+    # each old name is an error that names the new one
+    ("workers=4", "'workers' is now 'concurrency'"),
+    ("max_retries=1", "'max_retries' is now 'retries'"),
+    ("episodes=8", "'episodes' is now 'tasks'"),
+    ("max_steps=50", "'max_steps' is now 'max_game_steps'"),
+    ("+workers=4", "'workers' is now 'concurrency'"),  # adding it is no way around
+    # in a suite entry too (the suite's own check, or Hydra's override of the entry)
+    ("suite.entries.0.episodes=3", "'episodes' is now 'tasks'"),
+    # a wrong type names the key
+    ("tasks=abc", "bad value for 'tasks': Value 'abc' of type 'str' could not be converted to "
+                  "Integer"),
+    ("sampling.temperature=hot", "bad value for 'sampling.temperature'"),
+    ("report=maybe", "bad value for 'report'"),
+    # a misspelled key names the nearest real one, at any depth
+    ("concurency=4", "no key 'concurency'; did you mean 'concurrency'?"),
+    ("sampling.temprature=0", "no key 'sampling.temprature'; did you mean 'sampling.temperature'?"),
+    ("max_tokens=32", "no key 'max_tokens'; did you mean 'sampling.max_tokens'?"),
+    ("policy.modle=x", "no key 'policy.modle'; did you mean 'policy.model'?"),
+    ("polcy=hf", "no key 'polcy'; did you mean 'policy'?"),
+])
+def test_bad_overrides_name_the_key(override: str, message: str,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["suite=smoke"] if override.startswith("suite.") else \
+        ["policy=hf"] if override.startswith("policy.") else []
+    assert run_eval_cli([*extra, override]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err.replace("\n", "")
+    assert captured.out.startswith("agentgym eval: error bad configuration: ")
+    assert message in captured.out
+
+
+def test_the_eval_schema_types_the_config() -> None:
+    cfg = compose_eval_config(["tasks=3", "sampling.stop=[END]", "+env_kwargs.num_boxes=2",
+                               "seats=[player_1]"])
+    assert cfg.tasks == 3 and list(cfg.sampling.stop) == ["END"] and cfg.seats == ["player_1"]
+    assert OmegaConf.get_type(cfg) is EvalConfig
+    params = SamplingConfig.of(cfg.sampling).params(temperature=0.0)
+    assert params == SamplingParams(max_tokens=256, temperature=0.0, stop=("END",))
+    # the YAML holds no key and no default of its own: the dataclass has them all
+    raw = yaml.safe_load((TESTS.parent / "agentgym/conf/eval.yaml").read_text())
+    assert set(raw) == {"defaults"} and raw["defaults"][0] == "eval_schema"
+    assert OmegaConf.to_container(compose_eval_config(["policy=random"]))["tasks"] == \
+        EvalConfig.tasks == 16
 
 
 def _free_port() -> int:
@@ -226,15 +289,15 @@ def test_bad_input_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.Cap
 
 def test_a_changed_config_is_refused_and_the_run_kept(tmp_path: Path) -> None:
     run = tmp_path / "run"
-    evaluate(run, "env=agentgym/GuessNumber-v0", "episodes=4")
+    evaluate(run, "env=agentgym/GuessNumber-v0", "tasks=4")
     before = (run / "episodes.jsonl").read_bytes()
     with pytest.raises(RunConfigMismatch, match=r"max_turns: 30 -> 5.*refusing to mix"):
-        evaluate(run, "env=agentgym/GuessNumber-v0", "episodes=4", "max_turns=5")
+        evaluate(run, "env=agentgym/GuessNumber-v0", "tasks=4", "max_turns=5")
     with pytest.raises(RunConfigMismatch, match="env: 'agentgym/GuessNumber-v0' -> "):
-        evaluate(run, "env=agentgym/Household-v0", "episodes=4")
+        evaluate(run, "env=agentgym/Household-v0", "tasks=4")
     assert (run / "episodes.jsonl").read_bytes() == before
     assert "max_turns: 30" in (run / "config.yaml").read_text()
-    _, summary = evaluate(run, "env=agentgym/GuessNumber-v0", "episodes=4", "workers=1")
+    _, summary = evaluate(run, "env=agentgym/GuessNumber-v0", "tasks=4", "concurrency=1")
     assert summary["resumed"]["kept"] == 4  # how it runs may change
 
 
@@ -273,7 +336,7 @@ def test_torn_line_and_errored_episode_are_repaired(tmp_path: Path) -> None:
 
 def test_kill_9_at_random_moments_loses_only_episodes_in_flight(tmp_path: Path) -> None:
     policy = ["policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.01",
-              "suite=textgames", "workers=4", "report=false"]
+              "suite=textgames", "concurrency=4", "report=false"]
     reference = tmp_path / "reference"
     evaluate(reference, *policy)
     run = tmp_path / "run"
@@ -310,7 +373,7 @@ def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None,
                                                                     tmp_path: Path) -> None:
     """SIGKILL leaves the run's sandbox dirs (and cgroups) behind; the resume removes them."""
     run = tmp_path / "run"
-    args = ["env=agentgym/Sokoban-v0", "episodes=8", "max_turns=6", "workers=2", "sandbox=local",
+    args = ["env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=2", "sandbox=local",
             "policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.05", "report=false"]
     env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *args], env=env,
@@ -344,8 +407,8 @@ def _lines(run: Path) -> int:
 
 def test_a_killed_sandbox_is_retried_and_recorded(backend: str, tmp_path: Path) -> None:
     out, summary = evaluate(
-        tmp_path / "run", "env=agentgym/Sokoban-v0", "episodes=8", "max_turns=6", "workers=4",
-        f"sandbox={backend}", "sandbox_sessions=4", "max_retries=2",
+        tmp_path / "run", "env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=4",
+        f"sandbox={backend}", "sandbox_sessions=4", "retries=2",
         "policy._target_=test_harness.SandboxKiller", "+policy.at=6")
     episodes = load_episodes(out / "episodes.jsonl")
     retried = [e for e in episodes if e.failed_attempts]
@@ -354,8 +417,8 @@ def test_a_killed_sandbox_is_retried_and_recorded(backend: str, tmp_path: Path) 
     for e in retried:
         assert "EnvServerUnavailable" in e.failed_attempts[0] and e.error is None
         assert "is dead" in e.failed_attempts[0] or "exited" in e.failed_attempts[0]
-    clean = outcomes(evaluate(tmp_path / "clean", "env=agentgym/Sokoban-v0", "episodes=8",
-                              "max_turns=6", "workers=4")[0])
+    clean = outcomes(evaluate(tmp_path / "clean", "env=agentgym/Sokoban-v0", "tasks=8",
+                              "max_turns=6", "concurrency=4")[0])
     assert outcomes(out) == clean  # a retry replays the episode from its start
 
 
@@ -363,7 +426,7 @@ def test_exceeding_the_retry_limit_is_an_infrastructure_error(
         bwrap: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = run_eval_cli([
         f"out_dir={tmp_path / 'run'}", "progress=false", "env=agentgym/GuessNumber-v0",
-        "episodes=2", "workers=2", "sandbox=local", "max_retries=1",
+        "tasks=2", "concurrency=2", "sandbox=local", "retries=1",
         "policy._target_=test_harness.SandboxKiller", "+policy.at=1", "+policy.every=1"])
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 3 and line.startswith("agentgym eval: infra-errors ") and "infra_errors=2" in line
@@ -373,8 +436,8 @@ def test_exceeding_the_retry_limit_is_an_infrastructure_error(
     for e in load_episodes(tmp_path / "run" / "episodes.jsonl"):
         assert e.error and len(e.failed_attempts) == 1 and failure_category(e) == "infra_error"
     assert run_eval_cli([f"out_dir={tmp_path / 'run'}", "progress=false",
-                         "env=agentgym/GuessNumber-v0", "episodes=2", "workers=2",
-                         "max_retries=1", "max_infra_errors=1.0",
+                         "env=agentgym/GuessNumber-v0", "tasks=2", "concurrency=2",
+                         "retries=1", "max_infra_errors=1.0",
                          "policy._target_=test_harness.SandboxKiller", "+policy.at=1",
                          "+policy.every=1"]) == 0  # resumed in-process: the errored ones ran
 
@@ -382,7 +445,7 @@ def test_exceeding_the_retry_limit_is_an_infrastructure_error(
 @pytest.mark.docker
 def test_docker_suite_gives_the_in_process_outcomes(current_textgames_image: str,
                                                     tmp_path: Path) -> None:
-    run = ["suite=smoke", "policy=random", "workers=4"]
+    run = ["suite=smoke", "policy=random", "concurrency=4"]
     out, summary = evaluate(tmp_path / "docker", *run, "sandbox=docker", "sandbox_sessions=2")
     assert summary["errors"] == 0 and summary["complete"]
     families = {e.env_id for e in load_episodes(out / "episodes.jsonl")}

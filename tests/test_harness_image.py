@@ -37,7 +37,7 @@ pytestmark = pytest.mark.docker
 SOCKET = "/var/run/docker.sock"
 EVAL = ["eval", "env=agentgym/GuessNumber-v0", "policy=random", "sandbox=docker", "max_turns=4",
         "progress=false"]
-LONG_RUN = "episodes=5000"  # minutes of work: still running when a test stops or kills it
+LONG_RUN = "tasks=5000"  # minutes of work: still running when a test stops or kills it
 
 
 @pytest.fixture(scope="session")
@@ -159,7 +159,7 @@ def test_docker_stop_lets_the_harness_remove_its_sandboxes(
 
 def test_harness_without_a_shared_directory_says_how_to_mount_one(
         client: Any, start_harness: Callable[..., Any]) -> None:  # noqa: F811
-    harness = start_harness(*EVAL, "episodes=1", "out_dir=/out/run")
+    harness = start_harness(*EVAL, "tasks=1", "out_dir=/out/run")
     status = harness.wait(timeout=300)["StatusCode"]
     logs = harness.logs().decode(errors="replace")
     assert status != 0 and "-v $D:$D -e AGENTGYM_SANDBOX_ROOT=$D" in logs, logs

@@ -356,7 +356,7 @@ def test_killed_server_is_a_clear_error(bwrap: None) -> None:
 
 def test_eval_in_a_sandbox(bwrap: None, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run([*CLI, "eval", "sandbox=local", "episodes=4", "max_turns=3",
+    proc = subprocess.run([*CLI, "eval", "sandbox=local", "tasks=4", "max_turns=3",
                            "progress=false", f"out_dir={out}"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -1,5 +1,5 @@
 """IGPO on agentgym/SearchQA-v0 with the embedded model: information gain rewards the turns
-that retrieve supporting passages, and `agentgym train trainer=igpo` runs end to end."""
+that retrieve supporting passages, and `agentgym train estimator=igpo` runs end to end."""
 
 from __future__ import annotations
 
@@ -76,13 +76,13 @@ def test_information_gain_rewards_retrieving_supporting_passages():
     assert supporting.mean() > unsupported.mean() + 0.5
 
 
-def test_agentgym_train_trainer_igpo_on_search_with_a_grpo_comparison(tmp_path):
+def test_agentgym_train_estimator_igpo_on_search_with_a_grpo_comparison(tmp_path):
     from agentgym.cli import main
 
     out = tmp_path / "igpo"
-    assert main(["train", "trainer=igpo", "env=agentgym/SearchQA-v0", "prompt=search",
-                 "compare_with=grpo", "steps=2", "groups_per_step=2", "group_size=2",
-                 "max_turns=2", "max_tokens=16", "eval_every=2", "eval_tasks=2",
+    assert main(["train", "estimator=igpo", "env=agentgym/SearchQA-v0", "prompt=search",
+                 "compare_with=grpo", "steps=2", "tasks_per_step=2", "group_size=2",
+                 "max_turns=2", "sampling.max_tokens=16", "eval_every=2", "eval_tasks=2",
                  "+eval_env_kwargs.split=dev", "learner.micro_batch_tokens=8192",
                  f"out_dir={out}"]) == 0
     records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test comma
 
 TINY = {
     "env": "agentgym/Sokoban-v0", "env_kwargs": {"dim_room": [5, 5]}, "estimator": "gigpo",
-    "steps": 3, "groups_per_step": 2, "group_size": 2, "max_turns": 2, "max_tokens": 6,
+    "steps": 3, "tasks_per_step": 2, "group_size": 2, "max_turns": 2, "sampling": {"max_tokens": 6},
     "eval_every": 3, "eval_tasks": 2, "progress": False,
     "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0},
 }
@@ -111,7 +111,7 @@ def test_killed_run_resumes_to_the_same_parameters(tiny_run, tmp_path):
 
     # Run the CLI, kill it (SIGKILL) once step 1 is checkpointed, then resume it.
     args = [sys.executable, "-m", "agentgym.cli", "train", f"out_dir={killed}", "steps=3",
-            "groups_per_step=2", "group_size=2", "max_turns=2", "max_tokens=6", "eval_every=3",
+            "tasks_per_step=2", "group_size=2", "max_turns=2", "sampling.max_tokens=6", "eval_every=3",
             "eval_tasks=2", "progress=false", "+env_kwargs.dim_room=[5,5]", "learner.lr=1e-4",
             "learner.lora_rank=4"]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -146,8 +146,12 @@ def test_bad_configuration():
         TrainConfig.from_dict({**TINY, "prompt": {"histroy": 0}})
     with pytest.raises(ValueError, match="answer_template must contain"):
         TrainConfig.from_dict({**TINY, "answer_template": "<answer></answer>"})
-    with pytest.raises(ValueError, match="unknown training option"):
+    with pytest.raises(ValueError, match="no key 'stepz'; did you mean 'steps'\\?"):
         TrainConfig.from_dict({**TINY, "stepz": 3})
+    with pytest.raises(ValueError, match="'trainer' is now 'estimator'"):
+        TrainConfig.from_dict({**TINY, "trainer": "grpo"})
+    with pytest.raises(ValueError, match="'max_tokens' is now 'sampling.max_tokens'"):
+        TrainConfig.from_dict({**TINY, "max_tokens": 6})
     proc = subprocess.run([sys.executable, "-m", "agentgym.cli", "train", "steps=0"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "steps must be >= 1" in proc.stdout

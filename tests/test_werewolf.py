@@ -650,7 +650,7 @@ def test_eval_runs_games_and_reports_per_role(tmp_path):
     from agentgym.harness.eval import EvalSetupError, compose_eval_config, run_eval
 
     cfg = compose_eval_config([
-        f"env={WEREWOLF}", "episodes=6", f"out_dir={tmp_path}", "progress=false",
+        f"env={WEREWOLF}", "tasks=6", f"out_dir={tmp_path}", "progress=false",
         "seats=[player_1]", "opponent={_target_: agentgym.envs.werewolf.bots.BotPolicy}",
         "policy._target_=agentgym.envs.werewolf.bots.BotPolicy", "+env_kwargs.preset=lspo"])
     out, summary = asyncio.run(run_eval(cfg))

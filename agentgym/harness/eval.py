@@ -7,12 +7,12 @@ without a suite) and writes its run directory (:mod:`agentgym.harness.store`): `
 the default directory is named after the config's hash, finished episodes are kept, and episodes
 that ended with an infrastructure error run again.
 
-Execution: ``workers`` episodes (or games) in flight per entry, the entries one after another.
+Execution: ``concurrency`` episodes (or games) in flight per entry, the entries one after another.
 With ``sandbox=local|docker`` every env runs in an env server inside a sandbox: one
 :class:`~agentgym.hosting.EnvServerPool` for the whole run (``sandbox_sessions`` envs per
 server, ``sandbox_warm`` spare servers, the first started while the policy loads), closed at the
 end. An episode whose sandbox dies, or whose env or policy call fails, is run again from its
-start on a fresh env, ``max_retries`` times at most; if every attempt fails it is stored with
+start on a fresh env, ``retries`` times at most; if every attempt fails it is stored with
 its error, counted as an infrastructure error and never as an agent failure.
 
 Multi-agent entries (``games``) play games (:mod:`agentgym.multiagent`) in this process: the
@@ -21,6 +21,13 @@ one per seat, are stored together. The env's game records go to
 ``games/<entry>/<seed>-<member>.json``, with ``.html`` transcripts for envs that render HTML. The
 entry's summary adds per-role statistics of the policy's seats (and of the opponent's): win rates
 and the env's ``metrics`` rates, each with a 95% Wilson interval.
+
+Configuration: :class:`EvalConfig` is the schema of ``conf/eval.yaml`` (registered in Hydra's
+``ConfigStore`` as ``eval_schema`` when this module is imported), its field docstrings the
+meaning of every key (``agentgym eval --help``). Keys shared with
+:func:`agentgym.rollout.collect` have its names (``tasks``, ``group_size``, ``max_turns``,
+``concurrency``, ``retries``, ``sampling``, ...); :data:`RENAMED` maps the old names, which are
+errors that name the new one.
 
 Exit status of :func:`run_eval_cli`: 0 when the run finished, 2 when it could not start (a bad
 config, an unknown env or suite, an output directory that cannot be written or that holds a run
@@ -33,6 +40,7 @@ one-line summary.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import re
@@ -45,11 +53,11 @@ from typing import TYPE_CHECKING, Any
 
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentgym.conf import CONFIG_ERRORS, compose
+from agentgym.conf import CONFIG_ERRORS, compose, register_schema
+from agentgym.console import output_console
 from agentgym.episode import Episode
 from agentgym.harness.stats import breakdown, summarize, wilson_interval
 from agentgym.harness.store import RunConfigMismatch, RunDirError, RunStore, config_diff
@@ -63,13 +71,121 @@ from agentgym.rollout import acollect, group_id
 if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
 
-__all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "EvalSetupError", "compose_eval_config",
-           "default_out_dir", "role_statistics", "run_eval", "run_eval_cli"]
+__all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "RENAMED", "EvalConfig", "EvalSetupError",
+           "SamplingConfig", "compose_eval_config", "default_out_dir",
+           "register_configs", "role_statistics", "run_eval", "run_eval_cli"]
 
 EXIT_CANNOT_START = 2
 EXIT_INFRA_ERRORS = 3
 
-console = Console(stderr=True)
+console = output_console(stderr=True)
+
+
+@dataclass
+class SamplingConfig:
+    """Decoding settings of every request: the fields of :class:`~agentgym.policy.SamplingParams`
+    (a frozen dataclass with a tuple, which Hydra cannot override), as a config."""
+
+    max_tokens: int = 256
+    """Upper bound on the tokens of one response."""
+    temperature: float = 1.0
+    """Sampling temperature; 0 is greedy."""
+    top_p: float = 1.0
+    """Nucleus sampling: sample from the most likely tokens whose probabilities add up to this."""
+    stop: list[str] = field(default_factory=list)
+    """Strings that end a response."""
+
+    def params(self, **changes: Any) -> SamplingParams:
+        """These settings (with ``changes``) as the :class:`~agentgym.policy.SamplingParams` of
+        a request."""
+        values = {**dataclasses.asdict(self), **changes}
+        return SamplingParams(**{**values, "stop": tuple(values["stop"])})
+
+    @classmethod
+    def of(cls, values: Any) -> SamplingConfig:
+        """From a config node or a plain mapping (``SamplingConfig`` instances pass through)."""
+        if isinstance(values, cls):
+            return values
+        if isinstance(values, DictConfig):
+            values = OmegaConf.to_container(values, resolve=True)
+        return cls(**dict(values or {}))
+
+
+@dataclass
+class EvalConfig:
+    """``agentgym eval``'s configuration: the schema of ``conf/eval.yaml``. Without a suite the
+    run is the one env ``env`` with the task keys below; in a suite those keys are the defaults
+    of the entries' missing keys (see :mod:`agentgym.harness.suite`)."""
+
+    policy: Any = None
+    """The policy: a config of conf/policy (its keys are set as policy.KEY=VALUE)."""
+    prompt: dict[str, Any] = field(default_factory=dict)
+    """How env text becomes a chat: the Prompter's fields (set as prompt.KEY=VALUE), from a
+    config of conf/prompt."""
+    suite: Any = None
+    """A suite of envs, a config of conf/suite; null: the one env of ``env``."""
+    # What to run (without a suite; in a suite, what the entries' missing keys take):
+    env: str = "agentgym/Sokoban-v0"
+    """The env id to evaluate when there is no suite."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the env's constructor; add one as +env_kwargs.KEY=VALUE."""
+    task_ids: list[str] = field(default_factory=list)
+    """Task ids to evaluate (cycled over the tasks); empty: each task is drawn from its seed."""
+    tasks: int = 16
+    """How many tasks (groups of ``group_size`` episodes) each entry runs."""
+    group_size: int = 1
+    """Episodes per task: the same task and seed, different sampling seeds (pass@k needs more
+    than one)."""
+    seed: int = 0
+    """Seed of the first task: tasks use seeds seed .. seed + tasks - 1."""
+    max_turns: int = 30
+    """Turns after which a single-agent episode is truncated (games: ``max_game_steps``)."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Decoding settings of every request."""
+    # How to run it (these may change when a run is resumed):
+    concurrency: int = 16
+    """Episodes (or games) in flight at once."""
+    sandbox: str | None = None
+    """Where the envs run: null or none (this process), local (bubblewrap), docker."""
+    sandbox_warm: int = 1
+    """With a sandbox: spare sandboxes kept started, their env server running."""
+    sandbox_sessions: int = 16
+    """With a sandbox: env sessions per sandboxed env server."""
+    retries: int = 2
+    """Reruns of an episode that hit an infrastructure error (a dead sandbox, a failed env or
+    policy call), each from its start on a fresh env."""
+    max_infra_errors: float = 0.1
+    """Exit status 3 when more than this fraction of the episodes ends with an infrastructure
+    error."""
+    out_dir: str | None = None
+    """The run directory; null: runs/eval/<suite or env>-<policy>-<config hash>."""
+    report: bool = True
+    """Write report.html into the run directory."""
+    progress: bool = True
+    """Show progress bars (on stderr)."""
+    # Multi-agent envs only:
+    seats: list[str] = field(default_factory=list)
+    """Multi-agent envs: the agents the policy plays; empty: every seat."""
+    opponent: Any = None
+    """Multi-agent envs: the policy config of the other seats (required when seats are given)."""
+    max_game_steps: int = 1000
+    """Multi-agent envs: env steps (an AEC env: agent turns) after which a game is truncated."""
+    signals: dict[str, float] = field(default_factory=dict)
+    """Multi-agent envs: per-turn reward shaping from the env's info signals, e.g.
+    {correct_vote: 0.1}."""
+
+
+#: Old names of eval keys: ``{old: new}``. An override of an old name is an error naming the new.
+RENAMED = {"workers": "concurrency", "max_retries": "retries", "episodes": "tasks",
+           "max_steps": "max_game_steps"}
+
+
+def register_configs() -> None:
+    """Register :class:`EvalConfig` as the schema of ``conf/eval.yaml`` (done on import)."""
+    register_schema("eval", EvalConfig, RENAMED)
+
+
+register_configs()
 
 
 class EvalSetupError(RuntimeError):
@@ -115,7 +231,8 @@ def role_statistics(games: Sequence[GameResult], seats: Collection[str]) -> dict
 
 
 def compose_eval_config(overrides: Sequence[str] = ()) -> DictConfig:
-    """The eval config of ``agentgym/conf/eval.yaml`` with Hydra command-line overrides."""
+    """The eval config of ``agentgym/conf/eval.yaml`` (an :class:`EvalConfig`) with Hydra
+    command-line overrides; raises one of :data:`~agentgym.conf.CONFIG_ERRORS`."""
     return compose("eval", overrides)
 
 
@@ -252,13 +369,13 @@ async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
     """A single-agent entry: its missing episodes."""
     cfg = run.cfg
     await acollect(
-        entry.env, run.policy, entry.tasks(), group_size=entry.group_size,
-        max_turns=entry.max_turns, concurrency=cfg.workers,
+        entry.env, run.policy, entry.task_list(), group_size=entry.group_size,
+        max_turns=entry.max_turns, concurrency=cfg.concurrency,
         prompter=Prompter(family=manifest(entry.env).family, **_prompt(cfg)),
-        sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
+        sampling=SamplingConfig.of(cfg.sampling).params(),
         env_kwargs=dict(entry.env_kwargs), progress=cfg.progress,
         on_episode=lambda episode: run.keep([episode]), sandbox=run.servers,
-        retries=cfg.max_retries, tags={"entry": entry.name}, skip=run.skip(entry),
+        retries=cfg.retries, tags={"entry": entry.name}, skip=run.skip(entry),
     )
 
 
@@ -299,11 +416,11 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
 
     await multiagent.acollect(
         entry.env, {a: run.policy if a in seats else run.opponent for a in agents},
-        entry.tasks(), group_size=entry.group_size, max_steps=cfg.max_steps,
-        concurrency=cfg.workers,
+        entry.task_list(), group_size=entry.group_size, max_game_steps=cfg.max_game_steps,
+        concurrency=cfg.concurrency,
         prompter=multiagent.default_prompter(manifest(entry.env).family,
                                              **_prompt(cfg, drop_unset_system=True)),
-        sampling=SamplingParams(**OmegaConf.to_container(cfg.sampling)),
+        sampling=SamplingConfig.of(cfg.sampling).params(),
         signals=OmegaConf.to_container(cfg.signals), env_kwargs=env_kwargs,
         progress=cfg.progress, on_game=on_game, skip=run.skip(entry),
     )
@@ -432,8 +549,8 @@ SETUP_ERRORS = (EvalSetupError, SuiteError, RunDirError, RunConfigMismatch, Poli
 """What :func:`run_eval` raises when a run cannot start."""
 
 
-def _cannot_start(message: str) -> int:
-    console.print(f"[red]agentgym eval: cannot start:[/red] {escape(message)}", highlight=False,
+def _cannot_start(message: str, why: str = "cannot start: ") -> int:
+    console.print(f"[red]agentgym eval: {why}[/red]{escape(message)}", highlight=False,
                   soft_wrap=True)
     print(f"agentgym eval: error {message.splitlines()[0] if message else ''}")
     return EXIT_CANNOT_START
@@ -444,7 +561,7 @@ def run_eval_cli(overrides: Sequence[str]) -> int:
     try:
         cfg = compose_eval_config(overrides)
     except CONFIG_ERRORS as exc:
-        return _cannot_start(f"bad configuration: {exc}")
+        return _cannot_start(f"bad configuration: {exc}", "")
     from agentgym.sandbox import SandboxError  # the sandbox package loads no backend
 
     try:

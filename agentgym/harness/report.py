@@ -42,9 +42,9 @@ import jinja2
 import numpy as np
 import yaml
 from markupsafe import Markup
-from rich.console import Console
 from rich.markup import escape as markup_escape
 
+from agentgym.console import output_console
 from agentgym.episode import Episode
 from agentgym.harness.stats import FAILURE_CATEGORIES, breakdown, failure_category, summarize
 from agentgym.harness.store import RunDirError, entry_of, read_episodes
@@ -520,7 +520,7 @@ def run(args: argparse.Namespace) -> int:
     """``agentgym report``: with one run, write its ``report.html``; with several, write
     ``compare.html`` and ``leaderboard.json``. Print the written paths; return 0, or 2 with a
     one-line error on stderr when a path is not a run directory."""
-    out, err = Console(), Console(stderr=True)
+    out, err = output_console(), output_console(stderr=True)
     try:
         if len(args.runs) == 1:
             paths = [write_report(args.runs[0],

@@ -40,8 +40,8 @@ __all__ = ["RESULT_NEUTRAL_KEYS", "RunConfigMismatch", "RunDirError", "RunStore"
            "entry_of", "read_episodes", "unit_key"]
 
 RESULT_NEUTRAL_KEYS = frozenset({
-    "workers", "progress", "out_dir", "sandbox", "sandbox_warm", "sandbox_sessions",
-    "max_retries", "max_infra_errors", "report",
+    "concurrency", "progress", "out_dir", "sandbox", "sandbox_warm", "sandbox_sessions",
+    "retries", "max_infra_errors", "report",
     "policy.base_url", "policy.timeout", "policy.max_retries", "policy.backoff", "policy.server",
     "policy.api_key_env", "policy.max_concurrency", "policy.max_batch_size", "policy.device",
 })

@@ -21,14 +21,15 @@ import copy
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import torch
 
 from agentgym.episode import Episode
+from agentgym.files import atomic_path
 from agentgym.policies.batching import left_pad
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
@@ -38,31 +39,49 @@ __all__ = ["Learner", "LearnerConfig", "TrainingRow", "rows_from_episodes"]
 
 @dataclass
 class LearnerConfig:
-    """Learner settings; defaults follow ALGORITHMS.md where it gives them."""
+    """Learner settings (``learner.*`` of ``agentgym train``); defaults follow ALGORITHMS.md
+    where it gives them. A structured config: no ``Literal`` or tuple fields (Hydra could not
+    type-check or override them), the choices are checked here instead."""
 
     model: str = "smollm2-135m"
+    """The model to train: an embedded name (smollm2-135m), a local folder or a hub id."""
     lora_rank: int = 0
     """0: full fine-tune; > 0: LoRA of this rank on ``lora_targets``."""
     lora_alpha: int = 16
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """LoRA's scaling numerator (the update is scaled by lora_alpha / lora_rank)."""
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
+                                                             "o_proj"])
+    """The modules that get LoRA adapters."""
     lr: float = 1e-6
+    """Learning rate of the policy (the backbone)."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
     warmup_steps: int = 0
     """Linear warm-up of the learning rate over this many optimizer steps, then constant."""
     max_grad_norm: float = 1.0
+    """Gradient norm clip."""
     micro_batch_tokens: int = 4096
     """Token budget of one forward/backward: distinct prompts x their padded length + rows x
     the padded response length (a prompt shared by several rows is run once)."""
     mini_batches: int = 1
     """Optimizer steps per epoch over the batch."""
     ppo_epochs: int = 1
+    """Passes over each batch."""
     clip_low: float = 0.2
+    """PPO clip range below 1 of the probability ratio."""
     clip_high: float = 0.2
+    """PPO clip range above 1 of the probability ratio (clip-higher when above clip_low)."""
     dual_clip: float | None = 3.0
-    aggregation: Aggregation = "token-mean"
+    """Dual-clip bound of the ratio for negative advantages; null: none."""
+    aggregation: str = "token-mean"
+    """How token losses add up to the loss: one of ``Aggregation`` (trainers.losses):
+    token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm."""
     kl_coef: float = 0.0
-    kl_estimator: KLEstimator = "low_var_kl"
+    """Weight of the KL penalty to the initial policy; 0: none (no reference model)."""
+    kl_estimator: str = "low_var_kl"
+    """The KL estimator: k1, k2, k3 or low_var_kl."""
     entropy_coeff: float = 0.0
+    """Weight of the entropy bonus."""
     old_logprobs: str = "recompute"
     """``"recompute"``: the behaviour log-probs are this model's before the update (verl's
     default); when the update is a single optimizer step (``ppo_epochs == mini_batches == 1``)
@@ -79,7 +98,18 @@ class LearnerConfig:
     value_clip: float | None = 0.2
     """Clip range of the value loss around the old values; ``None``: plain MSE."""
     device: str = "auto"
+    """Where the model trains: auto (CUDA when available), cpu, cuda, cuda:1, ..."""
     seed: int = 0
+    """Seed of the initialization (value head, LoRA) and of every random number generator."""
+
+    def __post_init__(self) -> None:
+        self.lora_targets = list(self.lora_targets)
+        for name, choices in (("aggregation", get_args(Aggregation)),
+                              ("kl_estimator", get_args(KLEstimator)),
+                              ("old_logprobs", ("recompute", "generator"))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"learner.{name} must be one of {list(choices)}, got "
+                                 f"{getattr(self, name)!r}")
 
 
 @dataclass
@@ -380,9 +410,8 @@ class Learner:
             "rng": _rng_state(),
             "extra": extra or {},
         }
-        tmp = path / "learner.pt.tmp"
-        torch.save(state, tmp)
-        tmp.replace(path / "learner.pt")
+        with atomic_path(path / "learner.pt") as tmp:
+            torch.save(state, tmp)
         return path / "learner.pt"
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:

@@ -12,6 +12,7 @@ sampling seed of (task seed, member, turn), so a resumed run repeats the uninter
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -20,20 +21,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 
+from agentgym.conf import check_keys, register_schema
+from agentgym.console import output_console
 from agentgym.episode import Episode, TurnTable
+from agentgym.files import atomic_path
+from agentgym.harness.eval import SamplingConfig
 from agentgym.harness.stats import summarize
-from agentgym.policy import SamplingParams
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
 from agentgym.trainers.info_gain import answer_scores
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
 from agentgym.trainers.sync import push_weights
 
-__all__ = ["ESTIMATORS", "TrainConfig", "train"]
+__all__ = ["ESTIMATORS", "RENAMED", "TrainConfig", "register_configs", "train", "train_summary"]
 
-console = Console()
+console = output_console()
 
 #: Estimators that need nothing but the episodes. Besides these, ``"ppo"`` runs turn-level GAE
 #: on the learner's value head, ``"igpo"`` scores the ground truth with the policy
@@ -50,17 +53,23 @@ _WITH_SCORERS = ("ppo", "igpo", "spa")
 
 @dataclass
 class TrainConfig:
-    """One training run. Tasks of step k are seeds ``k * groups_per_step + i``; evaluation uses
-    seeds from ``eval_seed`` on, which training never sees."""
+    """One training run (``agentgym train``; the schema of ``conf/train.yaml``). Tasks of step k
+    are seeds ``k * tasks_per_step + i``; evaluation uses seeds from ``eval_seed`` on, which
+    training never sees. Keys shared with :func:`agentgym.rollout.collect` have its names
+    (``group_size``, ``max_turns``, ``concurrency``, ``sampling``, ...)."""
 
     env: str = "agentgym/Sokoban-v0"
+    """The env id to train on."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the env's constructor; add one as +env_kwargs.KEY=VALUE."""
     eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Merged over ``env_kwargs`` for the held-out evaluation, e.g. ``{split: dev}``."""
+    """Merged over ``env_kwargs`` for the held-out evaluation, e.g. ``+eval_env_kwargs.split=dev``."""
     estimator: str = "gigpo"
-    """An :data:`ESTIMATORS` key, ``"ppo"`` (GAE on a value head; turns on
-    ``learner.value_head``), ``"igpo"`` or ``"spa"``."""
+    """The credit assignment: gigpo, grpo, rloo, reinforce_pp (:data:`ESTIMATORS`), ppo (GAE
+    on a value head; turns on ``learner.value_head``), igpo or spa."""
     estimator_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Arguments of the estimator, e.g. ``{gamma: 0.95, omega: 1.0, preset: verl-agent}``;
+    ppo: ``{gamma: 1.0, lam: 1.0}``."""
     spa_refit_every: int = 1
     """With ``estimator="spa"``: retrain the progress estimator every this many steps on the
     newest episodes (its contributions are computed with the last fitted head in between)."""
@@ -70,32 +79,46 @@ class TrainConfig:
     :attr:`~agentgym.prompting.Prompter.answer_template`, e.g. ``<answer>{}</answer>``
     for search, ``<action>{}</action>`` for most families, ``{}`` with ``bare_actions``."""
     steps: int = 20
-    groups_per_step: int = 8
+    """Update steps (each: collect, credit, update, push the weights)."""
+    tasks_per_step: int = 8
+    """Tasks (groups of ``group_size`` episodes) collected per step."""
     group_size: int = 8
+    """Episodes per task: the group the estimators compare."""
     max_turns: int = 10
-    max_tokens: int = 64
-    temperature: float = 1.0
+    """Turns after which an episode is truncated."""
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(max_tokens=64))
+    """Decoding settings of the training episodes (the held-out ones use ``eval_temperature``)."""
     prompt: dict[str, Any] = field(default_factory=dict)
     """Fields of :class:`~agentgym.prompting.Prompter` (history, bare_actions,
     examples, ...); the family comes from the env's manifest."""
     concurrency: int = 64
+    """Episodes in flight at once."""
     eval_every: int = 5
+    """Evaluate on the held-out tasks every this many steps (and after the last)."""
     eval_tasks: int = 32
+    """Held-out tasks per evaluation."""
     eval_seed: int = 1_000_000
+    """Seed of the first held-out task; training uses seeds from 0."""
     eval_temperature: float = 0.0
+    """Sampling temperature of the held-out evaluation; 0 is greedy."""
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    """The learner's settings."""
     generator: str = "hf"
     """``"hf"``: generate in-process with the learner's own model (no copy per push);
     ``"vllm"``: launch a local vLLM server and push weights to it after every update (LoRA
     hot-load, or a full in-place reload)."""
     out_dir: str = "runs/train"
+    """Where the run writes its metrics, checkpoint and plots."""
     resume: bool = False
+    """Continue the run in ``out_dir`` from its last checkpoint (exactly as if never stopped)."""
     progress: bool = True
+    """Show progress bars."""
     compare_with: str | None = None
     """After the run, train the same budget with this estimator (e.g. ``"grpo"``) into
     ``<out_dir>-<estimator>`` and draw both held-out curves in ``<out_dir>/comparison.png``."""
 
     def __post_init__(self) -> None:
+        self.sampling = SamplingConfig.of(self.sampling)
         if self.generator not in ("hf", "vllm"):
             raise ValueError(f"generator must be 'hf' or 'vllm', got {self.generator!r}")
         if self.generator == "vllm" and self.learner.lora_rank == 0:
@@ -121,24 +144,45 @@ class TrainConfig:
             self.learner.value_head = True
         if self.answer_template is not None and "{}" not in self.answer_template:
             raise ValueError(f"answer_template must contain '{{}}', got {self.answer_template!r}")
-        for name in ("steps", "groups_per_step", "group_size", "max_turns", "max_tokens",
+        for name in ("steps", "tasks_per_step", "group_size", "max_turns", "sampling.max_tokens",
                      "concurrency", "eval_every", "eval_tasks", "spa_refit_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+            value = self.sampling.max_tokens if name == "sampling.max_tokens" else getattr(self, name)
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """Build from a plain dict (e.g. a resolved Hydra config); unknown keys raise."""
-        known = {f.name for f in fields(cls)} | {"trainer"}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown training option(s) {unknown}")
+        """Build from a plain dict (e.g. a resolved Hydra config, or ``learner`` and ``sampling``
+        as dicts); a renamed key raises naming its new name, an unknown one the nearest key
+        (:class:`~agentgym.conf.ConfigError`, a ``ValueError``)."""
+        check_keys(data, cls, RENAMED)
         values = dict(data)
-        values.pop("trainer", None)  # train.yaml's other name for the estimator (it sets it)
-        learner = dict(values.pop("learner", {}) or {})
-        if "lora_targets" in learner:
-            learner["lora_targets"] = tuple(learner["lora_targets"])
-        return cls(learner=LearnerConfig(**learner), **values)
+        learner = values.pop("learner", None) or {}
+        if not isinstance(learner, LearnerConfig):
+            learner = LearnerConfig(**learner)
+        sampling = values.pop("sampling", None) or {}
+        if not isinstance(sampling, SamplingConfig):
+            sampling = SamplingConfig(**{**dataclasses.asdict(_default("sampling")), **sampling})
+        return cls(learner=learner, sampling=sampling, **values)
+
+
+def _default(name: str) -> Any:
+    """The default value of the :class:`TrainConfig` field ``name``."""
+    f = next(f for f in fields(TrainConfig) if f.name == name)
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+#: Old names of train keys: ``{old: new}``. An override of an old name is an error naming the new.
+RENAMED = {"trainer": "estimator", "groups_per_step": "tasks_per_step",
+           "max_tokens": "sampling.max_tokens", "temperature": "sampling.temperature"}
+
+
+def register_configs() -> None:
+    """Register :class:`TrainConfig` as the schema of ``conf/train.yaml`` (done on import)."""
+    register_schema("train", TrainConfig, RENAMED)
+
+
+register_configs()
 
 
 def _gain_metrics(table: TurnTable, gains: np.ndarray) -> dict[str, float]:
@@ -204,7 +248,7 @@ class Trainer:
         return await acollect(
             self.cfg.env, self.policy, tasks, group_size=group_size, max_turns=self.cfg.max_turns,
             concurrency=self.cfg.concurrency, prompter=self.prompter,
-            sampling=SamplingParams(max_tokens=self.cfg.max_tokens, temperature=temperature),
+            sampling=self.cfg.sampling.params(temperature=temperature),
             env_kwargs=self.cfg.env_kwargs if env_kwargs is None else env_kwargs,
             progress=self.cfg.progress)
 
@@ -222,8 +266,8 @@ class Trainer:
     async def step(self, k: int) -> dict[str, Any]:
         cfg = self.cfg
         started = time.perf_counter()
-        tasks = [Task(None, k * cfg.groups_per_step + i) for i in range(cfg.groups_per_step)]
-        episodes = await self._collect(tasks, cfg.group_size, cfg.temperature)
+        tasks = [Task(None, k * cfg.tasks_per_step + i) for i in range(cfg.tasks_per_step)]
+        episodes = await self._collect(tasks, cfg.group_size, cfg.sampling.temperature)
         scored = [e for e in episodes if e.error is None]  # infrastructure errors never train
         collected = time.perf_counter()
         table = TurnTable.from_episodes(scored)
@@ -377,10 +421,9 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
                     title="Information gain per turn")
         axes[2].legend()
     fig.tight_layout()
-    tmp = png_path.with_name(png_path.name + ".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(png_path)
+    with atomic_path(png_path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+        plt.close(fig)
 
 
 async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
@@ -415,12 +458,14 @@ async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
 
 
 def train(cfg: TrainConfig) -> list[dict[str, Any]]:
-    """Run (or resume) training, then the ``compare_with`` run if asked; the metric records of
-    the main run's steps run now."""
+    """Run (or resume) training, then the ``compare_with`` run if asked, then print
+    :func:`train_summary`; the metric records of the main run's steps run now."""
+    started = time.perf_counter()
     records = asyncio.run(atrain(cfg))
+    other = None
     if cfg.compare_with is not None:
         other = replace(cfg, estimator=cfg.compare_with, compare_with=None,
-                                    out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}")
+                        out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}")
         console.print(f"comparison run: estimator={other.estimator} into {other.out_dir}")
         # Both runs start from the same weights and evaluate the same tasks with the same
         # sampling seeds: the main run's baseline evaluation is the comparison's too.
@@ -430,7 +475,66 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
         asyncio.run(atrain(other, baseline))
         plot_comparison({cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
                         Path(cfg.out_dir) / "comparison.png")
+    console.print(train_summary(cfg, time.perf_counter() - started, len(records),
+                                other.out_dir if other is not None else None),
+                  highlight=False, markup=False, soft_wrap=True)
     return records
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else (
+        f"{minutes}m {secs:02d}s" if minutes else f"{seconds:.1f}s")
+
+
+def _held_out(run: Path) -> tuple[float | None, tuple[int, float] | None, int]:
+    """(untrained success, (step, success) of the last evaluation after an update, steps done)
+    of the run directory ``run``, from its metrics.jsonl."""
+    path = run / "metrics.jsonl"
+    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] \
+        if path.is_file() else []
+    before = next((r.get("eval_success") for r in records if r["step"] == -1), None)
+    after = [(r["step"] + 1, r["eval_success"]) for r in records
+             if r["step"] >= 0 and r.get("eval_success") is not None]
+    return before, after[-1] if after else None, max((r["step"] + 1 for r in records), default=0)
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def train_summary(cfg: TrainConfig, seconds: float, steps_run: int,
+                  comparison_dir: str | None = None) -> str:
+    """What ``agentgym train`` prints last: the steps, the held-out success before training and
+    after (as measured), the time, and the paths the run wrote."""
+    out = Path(cfg.out_dir)
+    before, after, done = _held_out(out)
+    how = ("greedy" if cfg.eval_temperature == 0 else f"T={cfg.eval_temperature:g}") + \
+        f", {cfg.eval_tasks} held-out tasks"
+    lines = [f"agentgym train: done: {cfg.estimator} on {cfg.env}, {done}/{cfg.steps} steps "
+             f"({steps_run} in this run) in {_duration(seconds)}"]
+    if after is not None:
+        lines.append(f"  held-out success: {_rate(before)} untrained -> {_rate(after[1])} after "
+                     f"step {after[0]} ({how})")
+    elif before is not None:
+        lines.append(f"  held-out success untrained: {_rate(before)} ({how})")
+    if comparison_dir is not None:
+        c_before, c_after, _ = _held_out(Path(comparison_dir))
+        if c_after is not None:
+            lines.append(f"  {cfg.compare_with} (comparison): {_rate(c_before)} untrained -> "
+                         f"{_rate(c_after[1])} after step {c_after[0]}")
+    wrote = [(out / "metrics.jsonl", "metrics, one JSON line per step"),
+             (out / "learning_curve.png", "learning curve"),
+             (out / "checkpoint" / "learner.pt", "checkpoint (resume=true continues from it)"),
+             (out / "tensorboard", "TensorBoard events"),
+             (out / "pushed", "weights pushed to the generator")]
+    if comparison_dir is not None:
+        wrote += [(Path(comparison_dir), f"the {cfg.compare_with} comparison run (the same files)"),
+                  (out / "comparison.png", "both runs' curves")]
+    lines.append("  wrote:")
+    lines += [f"    {path}  {what}" for path, what in wrote if path.exists()]
+    return "\n".join(lines)
 
 
 def plot_comparison(runs: dict[str, Path], png_path: Path) -> None:

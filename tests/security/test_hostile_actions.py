@@ -169,7 +169,7 @@ def test_through_eval_hostile_episodes_are_agent_failures(sandbox, tmp_path):
         unavailable(problem)
     cfg = compose_eval_config([
         f"out_dir={tmp_path / 'run'}", "progress=false", f"report={sandbox == 'none'}",
-        "env=agentgym/ToolUse-v0", "episodes=4", "max_turns=6", "workers=2",
+        "env=agentgym/ToolUse-v0", "tasks=4", "max_turns=6", "concurrency=2",
         f"sandbox={sandbox}", "policy=scripted", "policy.act=test_hostile_actions:hostile_act",
         "policy.action_tag=null"])
     _, summary = asyncio.run(run_eval(cfg))
