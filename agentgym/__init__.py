@@ -6,7 +6,7 @@ registry, after which ``gymnasium.make("agentgym/Sokoban-v0")`` works.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import gymnasium as gym
 
@@ -51,8 +51,13 @@ __all__ = [
 if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
     from agentgym.sandbox.spec import Backend
+    from agentgym.server import RemoteEnv
 
 
+@overload
+def make(env_id: str, *, sandbox: None = None, **kwargs: Any) -> gym.Env: ...
+@overload
+def make(env_id: str, *, sandbox: Backend | EnvServerPool, **kwargs: Any) -> RemoteEnv: ...
 def make(env_id: str, *, sandbox: Backend | EnvServerPool | None = None, **kwargs: Any) -> gym.Env:
     """``gymnasium.make`` with agentgym's errors (:func:`agentgym.registry.make`): unknown ids
     suggest close ones, unknown kwargs name the accepted ones (a ``TypeError``). Value errors (a

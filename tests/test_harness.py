@@ -247,8 +247,8 @@ def test_the_eval_schema_types_the_config() -> None:
     # the YAML holds no key and no default of its own: the dataclass has them all
     raw = yaml.safe_load((TESTS.parent / "agentgym/conf/eval.yaml").read_text())
     assert set(raw) == {"defaults"} and raw["defaults"][0] == "eval_schema"
-    assert OmegaConf.to_container(compose_eval_config(["policy=random"]))["tasks"] == \
-        EvalConfig.tasks == 16
+    composed = OmegaConf.to_container(compose_eval_config(["policy=random"]))
+    assert isinstance(composed, dict) and composed["tasks"] == EvalConfig.tasks == 16
 
 
 def _free_port() -> int:

@@ -43,6 +43,7 @@ from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox import (
+    DockerSandbox,
     Sandbox,
     SandboxError,
     SandboxWarning,
@@ -53,6 +54,7 @@ from agentgym.sandbox import images as images_module
 from agentgym.sandbox import spec as spec_module
 from agentgym.sandbox.docker import docker_client
 from agentgym.sandbox.local import bwrap_usable
+from agentgym.sandbox.spec import Backend
 from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
 from agentgym.server.jsonsafe import to_jsonable
 
@@ -159,6 +161,7 @@ def server_host_pid(sb: Sandbox, docker_api: Any = None) -> int:
     """The host pid of the env server in ``sb`` (docker: of the container's init, which shares
     the server's namespaces)."""
     if docker_api is not None:
+        assert isinstance(sb, DockerSandbox)
         return int(docker_api.inspect_container(sb.container_id)["State"]["Pid"])
     marker = str(sb.host_dir).encode()  # in the argv of the sandbox's bwrap processes
     for entry in Path("/proc").iterdir():
@@ -182,7 +185,7 @@ def interfaces(pid: int) -> list[str]:
 
 
 @pytest.mark.parametrize("env_id", ENVS)
-def test_every_env_plays_the_same_sandboxed(env_id: str, backend: str) -> None:
+def test_every_env_plays_the_same_sandboxed(env_id: str, backend: Backend) -> None:
     expected = [play_fresh(env_id, seed) for seed in SEEDS]
     env = agentgym.make(env_id, sandbox=backend)
     try:
@@ -192,7 +195,7 @@ def test_every_env_plays_the_same_sandboxed(env_id: str, backend: str) -> None:
         env.close()
 
 
-def test_collect_gives_the_same_episodes(backend: str) -> None:
+def test_collect_gives_the_same_episodes(backend: Backend) -> None:
     options: dict[str, Any] = {"group_size": 2, "max_turns": 6, "concurrency": 8,
                                "progress": False}
     tasks = default_tasks(4)
@@ -206,7 +209,7 @@ def test_collect_gives_the_same_episodes(backend: str) -> None:
         assert len(servers.sandboxes()) == 0  # every env closed: every server given back
 
 
-def test_make_errors_are_the_in_process_ones(backend: str) -> None:
+def test_make_errors_are_the_in_process_ones(backend: Backend) -> None:
     with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'agentgym/Sokoban-v0'"):
         agentgym.make("agentgym/Sokobn-v0", sandbox=backend)
     with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room"):
@@ -218,10 +221,10 @@ def test_make_errors_are_the_in_process_ones(backend: str) -> None:
     with pytest.raises(ValueError, match="num_boxes"):
         agentgym.make(SOKOBAN, sandbox=backend, num_boxes=0)
     with pytest.raises(ValueError, match="unknown sandbox backend 'vm'"):
-        agentgym.make(SOKOBAN, sandbox="vm")
+        agentgym.make(SOKOBAN, sandbox="vm")  # type: ignore[call-overload]  # deliberately bad
 
 
-def test_envs_share_a_server_and_give_it_back(backend: str) -> None:
+def test_envs_share_a_server_and_give_it_back(backend: Backend) -> None:
     with EnvServerPool(backend, sessions_per_server=2) as servers:
         a, b, c = (servers.make(env_id) for env_id in ENVS[:3])
         assert servers.sandbox_of(a) is servers.sandbox_of(b) is not servers.sandbox_of(c)
@@ -273,7 +276,7 @@ def test_stale_image_warns(current_textgames_image: str,
 # --- containment ---------------------------------------------------------------------------------
 
 
-def test_env_server_has_no_network(backend: str) -> None:
+def test_env_server_has_no_network(backend: Backend) -> None:
     env = agentgym.make(SOKOBAN, sandbox=backend)
     try:
         sb = default_pool(backend).sandbox_of(env)
@@ -317,6 +320,7 @@ def test_killed_container_fails_only_its_episodes() -> None:
         def kill() -> None:
             before.update(s.id for s in servers.sandboxes())
             victim = servers.sandboxes()[0]
+            assert isinstance(victim, DockerSandbox)
             docker_client().api.kill(victim.container_id)  # failure injection: `docker kill`
             killed.append(victim)
 
@@ -328,7 +332,7 @@ def test_killed_container_fails_only_its_episodes() -> None:
         failed = [e for e in episodes if e.error]
         assert 1 <= len(failed) <= 2, [e.error for e in episodes]  # its 2 sessions at most
         for e in failed:
-            assert e.error.startswith(("step failed: EnvServerUnavailable",
+            assert e.error is not None and e.error.startswith(("step failed: EnvServerUnavailable",
                                        "reset failed: EnvServerUnavailable")), e.error
             assert f"sandbox {killed[0].id} is dead" in e.error and "docker backend" in e.error
         assert all(e.num_turns > 0 for e in episodes if not e.error)
@@ -388,7 +392,7 @@ def test_build_command() -> None:
 
 
 @pytest.fixture
-def crashed_owner(backend: str) -> Iterator[tuple[str, str]]:
+def crashed_owner(backend: Backend) -> Iterator[tuple[str, str]]:
     """A process that made a sandboxed env and was SIGKILLed: (host dir, sandbox id)."""
     out = run_and_crash(
         f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox={backend!r})\n"
@@ -400,7 +404,7 @@ def crashed_owner(backend: str) -> Iterator[tuple[str, str]]:
 
 
 def test_gc_command_removes_a_killed_owners_sandbox(crashed_owner: tuple[str, str],
-                                                    backend: str) -> None:
+                                                    backend: Backend) -> None:
     host_dir, sandbox_id = crashed_owner
     assert Path(host_dir).exists()  # left behind (with its cgroups or container) ...
     proc = agentgym_cmd("sandbox", "gc", "--older-than", "3600")

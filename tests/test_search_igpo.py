@@ -55,7 +55,7 @@ def test_information_gain_rewards_retrieving_supporting_passages():
     def gains(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray]:
         """Information gain of every search turn, and whether it found a supporting passage."""
         scores, initial = answer_scores(model, tokenizer, prompter, episodes,
-                                        [e.ground_truth for e in episodes],
+                                        [str(e.ground_truth) for e in episodes],
                                         template=prompter.answer_template)
         table = TurnTable.from_episodes(episodes)
         search = table.turn < table.episode_length[table.episode] - 1
