@@ -197,14 +197,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     status = _config_request("train", args)
     if status is not None:
         return status
-    from omegaconf import OmegaConf
-
-    from agentgym.conf import CONFIG_ERRORS, compose
+    from agentgym.conf import CONFIG_ERRORS, compose, to_dict
     from agentgym.trainers.loop import TrainConfig, train  # the command, not the core, needs it
 
     try:
-        cfg = TrainConfig.from_dict(
-            OmegaConf.to_container(compose("train", args.overrides), resolve=True))
+        cfg = TrainConfig.from_dict(to_dict(compose("train", args.overrides), resolve=True))
     except (*CONFIG_ERRORS, TypeError, ValueError) as exc:
         console.print(f"[red]agentgym train: bad configuration:[/red] {escape(str(exc))}",
                       highlight=False, soft_wrap=True)

@@ -48,7 +48,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from pettingzoo import AECEnv, ParallelEnv
 
@@ -69,7 +69,7 @@ from agentgym.rollout import (
 __all__ = ["Batchers", "GameResult", "Seat", "WholeResponse", "acollect", "collect",
            "default_prompter", "step_parallel"]
 
-MultiAgentEnv = AECEnv | ParallelEnv
+MultiAgentEnv: TypeAlias = AECEnv | ParallelEnv
 SYSTEM_PROMPT = ("You are a player in a multi-player text game. Answer each question in the "
                  "format it asks for.")
 

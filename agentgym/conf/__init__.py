@@ -41,7 +41,7 @@ from omegaconf.errors import (
 )
 
 __all__ = ["CONFIG_ERRORS", "ConfigError", "ConfigKey", "check_keys", "compose", "config_help",
-           "config_info", "config_keys", "field_docs", "register_schema", "schema_of"]
+           "config_info", "config_keys", "field_docs", "register_schema", "schema_of", "to_dict"]
 
 CONFIG_MODULE = "agentgym.conf"
 
@@ -279,6 +279,18 @@ def compose(name: str, overrides: Sequence[str] = ()) -> DictConfig:
         if explained is exc:
             raise
         raise explained from exc
+
+
+def to_dict(cfg: DictConfig, *, resolve: bool = False) -> dict[str, Any]:
+    """``cfg`` as plain containers (``OmegaConf.to_container``), checked to be a mapping with
+    string keys: :class:`ConfigError` when it is not."""
+    data = OmegaConf.to_container(cfg, resolve=resolve)
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a mapping, got {type(data).__name__}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise ConfigError(f"expected string keys, got {bad[0]!r}")
+    return typing.cast(dict[str, Any], data)
 
 
 # --- --help and --info --------------------------------------------------------------------------

@@ -56,7 +56,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 from rich.table import Table
 
-from agentgym.conf import CONFIG_ERRORS, compose, register_schema
+from agentgym.conf import CONFIG_ERRORS, compose, register_schema, to_dict
 from agentgym.console import output_console
 from agentgym.episode import Episode
 from agentgym.harness.stats import breakdown, summarize, wilson_interval
@@ -70,6 +70,7 @@ from agentgym.rollout import acollect, group_id
 
 if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
+    from agentgym.sandbox.spec import Backend
 
 __all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "RENAMED", "EvalConfig", "EvalSetupError",
            "SamplingConfig", "compose_eval_config", "default_out_dir",
@@ -256,7 +257,7 @@ def default_out_dir(suite: Suite, config: dict[str, Any]) -> Path:
                                    f"{_identity(config)}"
 
 
-def _backend(sandbox: Any) -> str | None:
+def _backend(sandbox: Any) -> Backend | None:
     if sandbox in (None, "none", "null"):
         return None
     if sandbox not in ("local", "docker"):
@@ -293,8 +294,7 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     :class:`~agentgym.harness.store.RunDirError`,
     :class:`~agentgym.harness.store.RunConfigMismatch`,
     :class:`~agentgym.policy.PolicyUnavailable`) when it cannot start."""
-    config = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(config, dict)
+    config = to_dict(cfg, resolve=True)
     suite = suite_from_config(config)
     backend = _backend(cfg.sandbox)
     games = [e.name for e in suite.entries if e.games]
@@ -334,7 +334,8 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     return out, summary
 
 
-def _env_servers(cfg: DictConfig, backend: str | None, suite: Suite) -> EnvServerPool | None:
+def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite
+                 ) -> EnvServerPool | None:
     """The run's env server pool (its first servers already starting), or ``None``."""
     if backend is None:
         return None
@@ -358,8 +359,7 @@ def _env_servers(cfg: DictConfig, backend: str | None, suite: Suite) -> EnvServe
 
 
 def _prompt(cfg: DictConfig, *, drop_unset_system: bool = False) -> dict[str, Any]:
-    prompt = OmegaConf.to_container(cfg.prompt)
-    assert isinstance(prompt, dict)
+    prompt = to_dict(cfg.prompt)
     if drop_unset_system and prompt.get("system_prompt") is None:
         prompt.pop("system_prompt", None)
     return prompt
@@ -421,7 +421,7 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
         prompter=multiagent.default_prompter(manifest(entry.env).family,
                                              **_prompt(cfg, drop_unset_system=True)),
         sampling=SamplingConfig.of(cfg.sampling).params(),
-        signals=OmegaConf.to_container(cfg.signals), env_kwargs=env_kwargs,
+        signals=to_dict(cfg.signals), env_kwargs=env_kwargs,
         progress=cfg.progress, on_game=on_game, skip=run.skip(entry),
     )
 

@@ -23,7 +23,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import numpy as np
 import torch
@@ -183,8 +183,10 @@ class Learner:
         self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
                                    if config.device == "auto" else config.device)
         _seed_everything(config.seed)
-        model = AutoModelForCausalLM.from_pretrained(resolve_model(config.model),
-                                                     dtype=torch.float32).to(self.device)
+        # transformers wraps PreTrainedModel.to in functools.wraps, whose typeshed type (_Wrapped)
+        # is not bound as a method: mypy takes the device for ``self``.
+        model = AutoModelForCausalLM.from_pretrained(
+            resolve_model(config.model), dtype=torch.float32).to(self.device)  # type: ignore[arg-type]
         self.reference = None
         if config.lora_rank > 0:
             from peft import LoraConfig, get_peft_model
@@ -202,7 +204,8 @@ class Learner:
             torch.nn.init.zeros_(self.value_head.weight)  # V = 0 until trained
             torch.nn.init.zeros_(self.value_head.bias)
         self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        groups: list[dict[str, Any]] = [
+            {"params": [p for p in self.model.parameters() if p.requires_grad]}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.value_lr})
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
@@ -260,6 +263,7 @@ class Learner:
             if values:
                 last_prompt = suffix_ids.shape[1] - 1 - lengths
                 hidden = out.hidden_states[-1][torch.arange(len(rows)), last_prompt]
+                assert self.value_head is not None, "values=True needs the value head"
                 value = self.value_head(hidden).squeeze(-1).float()
         logits = out.logits
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
@@ -286,7 +290,9 @@ class Learner:
             raise ValueError("this learner has no value head (LearnerConfig.value_head=False)")
         out = np.zeros(len(rows), dtype=np.float64)
         for indices in _micro_batches(rows, self.config.micro_batch_tokens):
-            out[indices] = self._forward([rows[i] for i in indices], values=True)[3].cpu().numpy()
+            value = self._forward([rows[i] for i in indices], values=True)[3]
+            assert value is not None  # values=True returns them
+            out[indices] = value.cpu().numpy()
         return out
 
     @torch.no_grad()
@@ -308,10 +314,12 @@ class Learner:
             raise ValueError("a learner with a value head needs value_target and old_value on "
                              "every row (from credit.gae)")
         single_step = cfg.ppo_epochs == 1 and cfg.mini_batches == 1
+        old: Sequence[list[float] | None]
         if cfg.old_logprobs == "generator":
-            old: list[list[float]] | list[None] = [r.generator_logprobs for r in rows]
-            if any(len(lp) != len(r.response_ids) for r, lp in zip(rows, old)):
+            generated = [r.generator_logprobs for r in rows]
+            if any(len(lp) != len(r.response_ids) for r, lp in zip(rows, generated)):
                 raise ValueError("a row's generator logprobs do not match its response length")
+            old = generated
         else:
             old = [None] * len(rows) if single_step else self.logprobs(rows)
         use_kl = cfg.kl_coef > 0
@@ -332,6 +340,9 @@ class Learner:
         """One optimizer step on ``rows``; an old log-prob entry of ``None`` means "this model's
         current values" (taken detached from the step's own forward pass)."""
         cfg = self.config
+        # Checked against their Literal types in LearnerConfig.__post_init__.
+        aggregation = cast(Aggregation, cfg.aggregation)
+        kl_estimator = cast(KLEstimator, cfg.kl_estimator)
         total_tokens = sum(len(r.response_ids) for r in rows)
         sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "pg_clipfrac": 0.0,
                                   "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
@@ -350,8 +361,8 @@ class Learner:
             ref = self._reference_logprobs(batch) if use_kl else None
             out = policy_loss(logp, old, adv, mask, clip_low=cfg.clip_low,
                               clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
-                              aggregation=cfg.aggregation, ref_logp=ref, kl_coef=cfg.kl_coef,
-                              kl_estimator=cfg.kl_estimator, entropy=entropy,
+                              aggregation=aggregation, ref_logp=ref, kl_coef=cfg.kl_coef,
+                              kl_estimator=kl_estimator, entropy=entropy,
                               entropy_coeff=cfg.entropy_coeff)
             # Weight each micro-batch by its share, so accumulation equals the whole mini-batch.
             share = (int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean"
@@ -380,7 +391,7 @@ class Learner:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return {**sums, "grad_norm": float(grad_norm), "lr": self.scheduler.get_last_lr()[0],
+        return {**sums, "grad_norm": float(grad_norm), "lr": float(self.scheduler.get_last_lr()[0]),
                 "tokens": float(total_tokens)}
 
     # --- checkpoints --------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +33,10 @@ from agentgym.trainers import credit
 from agentgym.trainers.info_gain import answer_scores
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
 from agentgym.trainers.sync import push_weights
+
+if TYPE_CHECKING:
+    from agentgym.policies.hf import HFPolicy
+    from agentgym.policies.vllm import VLLMPolicy
 
 __all__ = ["ESTIMATORS", "RENAMED", "TrainConfig", "register_configs", "train", "train_summary"]
 
@@ -127,7 +131,7 @@ class TrainConfig:
             if not torch.cuda.is_available():
                 raise ValueError(
                     "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
-                    "not fully apply reloaded weights (see tests/test_weight_sync.py); use "
+                    "not fully apply reloaded weights (see tests/policies/test_weight_sync.py); use "
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
         from agentgym.prompting import Prompter
 
@@ -197,6 +201,12 @@ def _gain_metrics(table: TurnTable, gains: np.ndarray) -> dict[str, float]:
     return out
 
 
+def _seed(episode: Episode) -> int:
+    """The seed of an episode of a task that has one."""
+    assert episode.seed is not None, f"episode {episode.episode_id} has no seed"
+    return episode.seed
+
+
 def _success(episodes: list[Episode]) -> float | None:
     return summarize(episodes)["success_rate"]
 
@@ -213,6 +223,7 @@ class Trainer:
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.learner = Learner(cfg.learner)
+        self.policy: HFPolicy | VLLMPolicy
         if cfg.generator == "hf":
             self.policy = HFPolicy(cfg.learner.model, module=self.learner.model,
                                    max_batch_size=cfg.concurrency)
@@ -260,8 +271,7 @@ class Trainer:
         episodes = await self._collect(tasks, 1, self.cfg.eval_temperature,
                                        self.cfg.env_kwargs | self.cfg.eval_env_kwargs)
         return {"eval_success": _success(episodes),
-                "eval_outcomes": [int(bool(e.success)) for e in sorted(episodes,
-                                                                         key=lambda e: e.seed)]}
+                "eval_outcomes": [int(bool(e.success)) for e in sorted(episodes, key=_seed)]}
 
     async def step(self, k: int) -> dict[str, Any]:
         cfg = self.cfg
