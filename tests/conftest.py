@@ -1,4 +1,11 @@
-"""Shared fixtures. Tests use real components; see the markers in pyproject.toml.
+"""How the suite runs, and the fixtures every directory may use. Tests use real components; see
+the markers in pyproject.toml.
+
+``tests/`` mirrors the package (``core/``, ``server/``, ``sandbox/``, ``hosting/``, ``harness/``,
+``trainers/``, ``policies/``, ``envs/<family>/``, and ``security/``). Test modules never import
+each other: what they share is in the ``support`` package (``tests/support/``, on ``sys.path``),
+whose fixture modules this file loads as plugins; a directory's ``conftest.py`` holds fixtures
+only its own files use.
 
 The suite runs on several workers (pytest-xdist, ``-n`` in pyproject.toml's ``addopts``; ``-n 0``
 runs it in one process). Each worker gets a temp directory of its own (``$TMPDIR``), so that what
@@ -15,15 +22,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import NoReturn
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from support import FIXTURES, WORKER
 
-WORKER = os.environ.get("PYTEST_XDIST_WORKER")
-"""This process's xdist worker id (``gw0``, ...), ``None`` when the suite runs in one process."""
+# The fixtures that tests in several directories use (each directory's conftest.py holds those
+# only its own files use).
+pytest_plugins = ["support.sandboxes", "support.servers"]
 
 if WORKER is not None:
     # before anything asks tempfile (it caches the answer); with /tmp's permissions, since the
@@ -50,7 +56,9 @@ def serial_group(item: pytest.Item) -> str | None:
     """The group of tests that must not run beside each other that ``item`` belongs to:
     ``"vllm"`` (servers of 3 GB, checked for by process name machine-wide), ``"desktop"`` (X
     servers and applications, likewise), ``"sandbox"`` (:data:`SANDBOX_FILES`), ``"training"``
-    (:data:`TRAINING_FILES`); ``None`` for a test that may run beside any other."""
+    (:data:`TRAINING_FILES`); ``None`` for a test that may run beside any other. Files are
+    matched by name, wherever they sit under ``tests/``; each test of a group carries the
+    ``xdist_group`` marker with its name."""
     if item.get_closest_marker("vllm"):
         return "vllm"
     if item.get_closest_marker("gui"):
@@ -93,25 +101,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if WORKER is not None:
         shutil.rmtree(tempfile.gettempdir(), ignore_errors=True)
-
-
-def unavailable(reason: str) -> NoReturn:
-    """Skip a test whose system dependency (Docker, bubblewrap, Chromium) is missing; under CI
-    (``$CI`` set), where everything must run, fail it instead."""
-    if os.environ.get("CI"):
-        pytest.fail(f"CI must run this test, but: {reason}")
-    pytest.skip(reason)
-
-
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
-               check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter of this venv; return the finished process."""
-    full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=cwd)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="session")

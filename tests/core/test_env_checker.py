@@ -23,9 +23,9 @@ ENV_IDS = [pytest.param(i, marks={"agentgym/Desktop-v0": [pytest.mark.gui],
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_every_registered_env_keeps_the_contract(env_id: str) -> None:
     if env_id == "agentgym/Desktop-v0":
-        from conftest import unavailable
-
         from agentgym.envs.gui.desktop import desktop_available
+
+        from support import unavailable
 
         if (missing := desktop_available()) is not None:
             unavailable(missing)

@@ -15,7 +15,8 @@ import pytest
 
 import agentgym
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import ROOT
+
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 

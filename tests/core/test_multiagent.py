@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fixtures.parallel_env import CounterParallelEnv
 
 from agentgym.multiagent import WholeResponse, collect, default_prompter
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import Task
+
+from fixtures.parallel_env import CounterParallelEnv
 
 
 class Answering:

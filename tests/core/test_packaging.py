@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import ROOT, run_python
+from support import ROOT, run_python
 
 
 def test_wheel_install_imports_everything(tmp_path):

@@ -7,10 +7,11 @@ import sys
 
 import gymnasium as gym
 import pytest
-from conftest import run_python
 
 import agentgym
 from agentgym.registry import PluginWarning, UnknownEnvError, load_plugins
+
+from support import run_python
 
 
 def test_own_envs_registered_through_entry_point():

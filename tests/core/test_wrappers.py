@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -20,7 +19,8 @@ from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import Task, collect
 from agentgym.server import RemoteEnv, ServerProcess
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from support import FIXTURES
+
 sys.path.insert(0, str(FIXTURES))
 import wrapped_env  # noqa: E402
 

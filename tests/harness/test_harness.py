@@ -24,9 +24,6 @@ from typing import Any
 import pytest
 import yaml
 from omegaconf import OmegaConf
-from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
-from test_sandbox_support import descendants, no_leftovers  # noqa: F401  (no_leftovers: autouse)
-from test_sandboxed_envs import backend, bwrap, current_textgames_image  # noqa: F401  (fixtures)
 
 from agentgym.episode import Episode, load_episodes
 from agentgym.harness.eval import (
@@ -45,7 +42,14 @@ from agentgym.policy import Generation, GenerationRequest, SamplingParams
 from agentgym.sandbox.base import HOST_DIR_PREFIX
 from agentgym.sandbox.owner import Owner
 
-TESTS = Path(__file__).resolve().parent
+from support import ROOT, TESTS
+from support.sandboxes import descendants
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+#: What a subprocess puts on its path to import this module's policies (``test_harness.X``).
+PYTHONPATH = os.pathsep.join([str(Path(__file__).resolve().parent), str(TESTS),
+                              os.environ.get("PYTHONPATH", "")])
 CLI = [sys.executable, "-m", "agentgym.cli", "eval"]
 
 
@@ -124,7 +128,7 @@ def outcomes(run: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def cli(tmp_path: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH,
            "COLUMNS": "200"}
     return subprocess.run([*CLI, "progress=false", *overrides], capture_output=True, text=True,
                           timeout=timeout, cwd=tmp_path, env=env)
@@ -168,7 +172,7 @@ def test_suite_entries_take_missing_keys_from_the_top_level() -> None:
     full = suite_from_config({**config, "suite": {"name": "full", "include": ["textgames",
                                                                               "werewolf"]}})
     parts = [suite_from_config({**config, "suite": yaml.safe_load(
-        (TESTS.parent / "agentgym/conf/suite" / f"{n}.yaml").read_text())}) for n in
+        (ROOT / "agentgym/conf/suite" / f"{n}.yaml").read_text())}) for n in
         ("textgames", "werewolf")]
     assert full.entries == parts[0].entries + parts[1].entries
     assert {"smoke", "textgames", "werewolf", "full"} <= set(available_suites())
@@ -245,7 +249,7 @@ def test_the_eval_schema_types_the_config() -> None:
     params = SamplingConfig.of(cfg.sampling).params(temperature=0.0)
     assert params == SamplingParams(max_tokens=256, temperature=0.0, stop=("END",))
     # the YAML holds no key and no default of its own: the dataclass has them all
-    raw = yaml.safe_load((TESTS.parent / "agentgym/conf/eval.yaml").read_text())
+    raw = yaml.safe_load((ROOT / "agentgym/conf/eval.yaml").read_text())
     assert set(raw) == {"defaults"} and raw["defaults"][0] == "eval_schema"
     composed = OmegaConf.to_container(compose_eval_config(["policy=random"]))
     assert isinstance(composed, dict) and composed["tasks"] == EvalConfig.tasks == 16
@@ -340,7 +344,7 @@ def test_kill_9_at_random_moments_loses_only_episodes_in_flight(tmp_path: Path) 
     reference = tmp_path / "reference"
     evaluate(reference, *policy)
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     rng, kills, seen = random.Random(7), 0, []
     for _ in range(4):
         proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *policy], env=env,
@@ -375,7 +379,7 @@ def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None,
     run = tmp_path / "run"
     args = ["env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=2", "sandbox=local",
             "policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.05", "report=false"]
-    env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *args], env=env,
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -24,15 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
-from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
-from test_sandbox_support import eventually, no_leftovers  # noqa: F401  (autouse fixture)
-from test_sandboxed_envs import current_textgames_image  # noqa: F401  (fixture)
 
 import agentgym
 from agentgym.sandbox import build_images
 
-pytestmark = pytest.mark.docker
+from support import unavailable
+from support.sandboxes import eventually
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
 SOCKET = "/var/run/docker.sock"
 EVAL = ["eval", "env=agentgym/GuessNumber-v0", "policy=random", "sandbox=docker", "max_turns=4",
@@ -41,7 +40,7 @@ LONG_RUN = "tasks=5000"  # minutes of work: still running when a test stops or k
 
 
 @pytest.fixture(scope="session")
-def harness_image(client: Any, base_image: str, current_textgames_image: str) -> str:  # noqa: F811
+def harness_image(client: Any, base_image: str, current_textgames_image: str) -> str:
     """The harness image, rebuilt if it runs other sources than this checkout's (with the text
     games' image it starts, likewise up to date)."""
     build_images(["harness"], base_image=base_image, client=client, stale_only=True)
@@ -61,7 +60,7 @@ def shared_root() -> Iterator[Path]:
 
 
 @pytest.fixture
-def start_harness(client: Any, harness_image: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:  # noqa: F811
+def start_harness(client: Any, harness_image: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
     """``start(*args, root=None)``: a detached harness container running ``agentgym *args`` as
     this user, with the Docker socket, ``tmp_path/out`` at ``/out`` and, given ``root``, that
     directory at the same path as ``$AGENTGYM_SANDBOX_ROOT``. Removed at the end of the test."""
@@ -89,7 +88,7 @@ def start_harness(client: Any, harness_image: str, tmp_path: Path) -> Iterator[C
         container.remove(force=True)
 
 
-def sandboxes_of(client: Any, harness: Any) -> list[str]:  # noqa: F811
+def sandboxes_of(client: Any, harness: Any) -> list[str]:
     """Names of the sandbox containers that ``harness`` created and that still exist."""
     found = client.api.containers(all=True, filters={"label": f"agentgym.owner.container={harness.id}"})
     return [c["Names"][0].lstrip("/") for c in found]
@@ -105,7 +104,7 @@ def host_gc(root: Path) -> str:
 
 
 def test_harness_image_runs_an_eval_against_the_host_daemon(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path, tmp_path: Path) -> None:  # noqa: F811
+        client: Any, start_harness: Callable[..., Any], shared_root: Path, tmp_path: Path) -> None:
     since = time.time()
     harness = start_harness("eval", "suite=smoke", "policy=random", "sandbox=docker",
                             "progress=false", "out_dir=/out/run", root=shared_root)
@@ -131,7 +130,7 @@ def test_harness_image_runs_an_eval_against_the_host_daemon(
 
 
 def test_host_gc_spares_a_running_harness_and_cleans_up_after_a_killed_one(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:  # noqa: F811
+        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:
     harness = start_harness(*EVAL, LONG_RUN, "out_dir=/out/run", root=shared_root)
     eventually(lambda: bool(sandboxes_of(client, harness)), timeout_s=120)
     running = sandboxes_of(client, harness)
@@ -148,7 +147,7 @@ def test_host_gc_spares_a_running_harness_and_cleans_up_after_a_killed_one(
 
 
 def test_docker_stop_lets_the_harness_remove_its_sandboxes(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:  # noqa: F811
+        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:
     harness = start_harness(*EVAL, LONG_RUN, "out_dir=/out/run", root=shared_root)
     eventually(lambda: bool(sandboxes_of(client, harness)), timeout_s=120)
     harness.stop(timeout=30)  # SIGTERM, handled like Ctrl-C; SIGKILL only after 30 s
@@ -158,7 +157,7 @@ def test_docker_stop_lets_the_harness_remove_its_sandboxes(
 
 
 def test_harness_without_a_shared_directory_says_how_to_mount_one(
-        client: Any, start_harness: Callable[..., Any]) -> None:  # noqa: F811
+        client: Any, start_harness: Callable[..., Any]) -> None:
     harness = start_harness(*EVAL, "tasks=1", "out_dir=/out/run")
     status = harness.wait(timeout=300)["StatusCode"]
     logs = harness.logs().decode(errors="replace")

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
 
 from agentgym.episode import Episode, Turn, save_episodes
 from agentgym.harness.report import (
@@ -35,6 +34,8 @@ from agentgym.harness.report import (
 from agentgym.harness.stats import breakdown, summarize
 from agentgym.policies.scripted import RandomPolicy
 from agentgym.rollout import collect, default_tasks
+
+from support import unavailable
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

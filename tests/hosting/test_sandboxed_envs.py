@@ -2,11 +2,11 @@
 ``collect(..., sandbox=...)``, ``agentgym eval sandbox=...``, ``agentgym build`` and
 ``agentgym sandbox gc``.
 
-Every registered env (but the desktop, see ENVS) plays the same in-process, through
-``sandbox="local"`` (bubblewrap) and through ``sandbox="docker"`` (the text games' image);
-faults (a killed container, a killed server) give clear errors and leave the batch running;
-nothing outlives a test. The docker cases
-skip without a daemon, except under CI (``$CI`` set), where that is a failure.
+Every registered env (but the desktop, see ENVS in tests/support/sandboxes.py) plays the same
+in-process, through ``sandbox="local"`` (bubblewrap) and through ``sandbox="docker"`` (the text
+games' image); faults (a killed container, a killed server) give clear errors and leave the batch
+running; nothing outlives a test. The docker cases skip without a daemon, except under CI
+(``$CI`` set), where that is a failure.
 """
 
 from __future__ import annotations
@@ -24,16 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
-from test_sandbox_docker import base_image, client, textgames_image  # noqa: F401  (fixtures)
-from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
-    ROOT,
-    connect_script,
-    eventually,
-    host_tcp_server,
-    no_leftovers,
-    run_and_crash,
-)
 
 import agentgym
 from agentgym.episode import Episode
@@ -47,48 +37,24 @@ from agentgym.sandbox import (
     Sandbox,
     SandboxError,
     SandboxWarning,
-    build_images,
     image_for,
 )
 from agentgym.sandbox import images as images_module
 from agentgym.sandbox import spec as spec_module
 from agentgym.sandbox.docker import docker_client
-from agentgym.sandbox.local import bwrap_usable
 from agentgym.sandbox.spec import Backend
 from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
 from agentgym.server.jsonsafe import to_jsonable
 
+from support import ROOT
+from support.sandboxes import ENVS, connect_script, eventually, host_tcp_server, run_and_crash
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
 SOKOBAN = "agentgym/Sokoban-v0"
-#: Every env but the desktop, whose observations carry live window geometry (a layout can take a
-#: frame longer): tests/test_gui.py plays it under both backends, checking outcomes, not traces.
-ENVS = sorted(e for e in agentgym.list_envs() if e != "agentgym/Desktop-v0")
 SEEDS = (0, 1, 2)
 TURNS = 8
 CLI = [sys.executable, "-m", "agentgym.cli"]
-
-
-@pytest.fixture
-def bwrap() -> None:
-    """Bubblewrap works here (skip without it, fail under CI)."""
-    if (problem := bwrap_usable()) is not None:
-        unavailable(problem)
-
-
-@pytest.fixture(scope="session")
-def current_textgames_image(request: pytest.FixtureRequest) -> str:
-    """The text games' image, and every other family's that ENVS need, rebuilt if it runs other
-    sources than this checkout's (its envs would then play differently)."""
-    image = request.getfixturevalue("textgames_image")
-    families = sorted({image_for(e).split("/", 1)[1].split(":")[0] for e in ENVS})
-    build_images(families, base_image=request.getfixturevalue("base_image"), stale_only=True)
-    return image
-
-
-@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> str:
-    """Each sandbox backend; ``docker`` with an up-to-date text games' image."""
-    request.getfixturevalue("bwrap" if request.param == "local" else "current_textgames_image")
-    return request.param
 
 
 FREE_TEXT = ["<search>capital country</search>", "<search>founded</search>", "no tags at all",

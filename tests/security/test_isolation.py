@@ -26,24 +26,25 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from conftest import unavailable
-from test_sandbox_docker import base_image, client  # noqa: F401  (fixtures)
-from test_sandbox_support import (  # noqa: F401  (no_leftovers is an autouse fixture)
-    FORK_BOMB,
-    LOOP_FOREVER,
-    PRINT_1GB,
-    ROOT,
-    eventually,
-    host_tcp_server,
-    memory_bomb,
-    no_leftovers,
-)
 
 import agentgym
 from agentgym.envs.tooluse.env import WORKSPACE_BYTES, ToolUseEnv
 from agentgym.hosting import EnvServerPool
 from agentgym.sandbox import LocalSandbox, build_images
 from agentgym.sandbox.local import bwrap_usable
+
+from support import ROOT, unavailable
+from support.hostile import HOSTILE, TOOLUSE_BREAKS
+from support.sandboxes import (
+    FORK_BOMB,
+    LOOP_FOREVER,
+    PRINT_1GB,
+    eventually,
+    host_tcp_server,
+    memory_bomb,
+)
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 TOOLUSE = "agentgym/ToolUse-v0"
 KWARGS: dict[str, Any] = {"max_turns": 50, "timeout_s": 20}
@@ -252,8 +253,6 @@ def _host_address() -> str:
 def test_hostile_actions_through_the_server(sessions: tuple[Any, Any], backend: str) -> None:
     """What no env may raise on in process, through the env server too: an action over the
     server's body limit (1 MiB) is answered as an invalid action, the env left as it was."""
-    from test_hostile_actions import HOSTILE, TOOLUSE_BREAKS
-
     a, b = sessions
     for action in [*HOSTILE, *TOOLUSE_BREAKS, "\ud800" * 300_000]:
         obs, reward, terminated, truncated, info = a.step(action)

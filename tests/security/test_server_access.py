@@ -17,12 +17,13 @@ import sys
 
 import httpx
 import pytest
-from test_server import FIXTURE_ENV, start_server  # noqa: F401  (fixture)
 
 from agentgym.server.auth import TOKEN_ENV, is_loopback
 from agentgym.server.client import RemoteEnv
 from agentgym.server.errors import RemoteEnvError, RequestRejected
 from agentgym.server.launch import ServerProcess
+
+from support.servers import FIXTURE_ENV
 
 SOKOBAN, TOOLUSE, SEARCH = "agentgym/Sokoban-v0", "agentgym/ToolUse-v0", "agentgym/SearchQA-v0"
 TOKEN = "s3cret-token-for-this-test"

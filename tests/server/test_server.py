@@ -1,12 +1,12 @@
 """The env server and its clients, end to end: real uvicorn server processes on localhost, real
 httpx clients. Fixture envs (tests/fixtures/probe_env.py, parallel_env.py) are served through
-``--allow-entry-points`` or registered by a stand-in sandbox launcher."""
+``--allow-entry-points`` or registered by a stand-in sandbox launcher. ``start_server`` is a
+fixture of tests/support/servers.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -20,8 +20,6 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from conftest import FIXTURES
-from fixtures.parallel_env import CounterParallelEnv
 from gymnasium.utils.env_checker import check_env
 from pettingzoo.test import parallel_api_test
 
@@ -38,39 +36,11 @@ from agentgym.server.errors import (
 from agentgym.server.jsonsafe import dumps, to_jsonable
 from agentgym.server.launch import ServerProcess, wait_healthy
 
+from fixtures.parallel_env import CounterParallelEnv
+from support import FIXTURES
+from support.servers import FIXTURE_ENV, alive, assert_gone
+
 SOKOBAN, HOUSEHOLD = "agentgym/Sokoban-v0", "agentgym/Household-v0"
-FIXTURE_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES),
-                                                           os.environ.get("PYTHONPATH")]))}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _assert_gone(server: ServerProcess) -> None:
-    assert server.process is not None and server.process.returncode is not None
-    assert not _alive(server.pid), f"server process {server.pid} is still running"
-    assert server.workdir is not None and not server.workdir.exists(), "temp dir left behind"
-
-
-@pytest.fixture
-def start_server() -> Iterator[Any]:
-    """Start ServerProcesses for one test; each is stopped, and checked gone, afterwards."""
-    started: list[ServerProcess] = []
-
-    def start(**options: Any) -> ServerProcess:
-        server = ServerProcess(**options)
-        started.append(server)
-        return server.start()
-
-    yield start
-    for server in started:
-        server.stop()
-        _assert_gone(server)
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +48,7 @@ def server() -> Iterator[ServerProcess]:
     """One server for the tests that do not stop or limit it; it hosts the fixture envs."""
     with ServerProcess(allow_entry_points=True, env=FIXTURE_ENV) as server:
         yield server
-    _assert_gone(server)
+    assert_gone(server)
 
 
 def _health(server: ServerProcess) -> dict[str, Any]:
@@ -589,7 +559,7 @@ def test_cli_serve_writes_ready_file_and_starts_fast(tmp_path):
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=15)[0].decode()
     assert output.startswith("agentgym serve: ready {")
-    assert not _alive(process.pid)
+    assert not alive(process.pid)
 
 
 def test_unix_socket_server(start_server):

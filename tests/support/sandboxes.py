@@ -1,6 +1,11 @@
-"""Shared helpers and fixtures of the sandbox tests (test_sandbox.py, test_sandbox_docker.py).
+"""What the tests of sandboxes and of what runs in them share (sandbox/, hosting/, harness/,
+envs/, security/): programs that misbehave, helpers, and the fixtures (a plugin of
+``tests/conftest.py``, so every test may ask for them by name):
 
-No tests here. The test modules import the fixtures they use by name.
+- :func:`no_leftovers`: nothing a test made in a sandbox outlives it. Not autouse: the modules
+  that start sandboxes ask for it with ``pytestmark = pytest.mark.usefixtures("no_leftovers")``.
+- :func:`client`, :func:`base_image`, :func:`textgames_image`: the Docker daemon and images.
+- :func:`bwrap`, :func:`current_textgames_image`, :func:`backend`: each sandbox backend, ready.
 """
 
 from __future__ import annotations
@@ -16,16 +21,33 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
-from conftest import WORKER, serial_group
 
-from agentgym.sandbox import Sandbox
+import agentgym
+from agentgym.sandbox import (
+    OFFLINE_BASE_IMAGE,
+    Sandbox,
+    SandboxError,
+    build_base_image,
+    build_images,
+    image_for,
+)
 from agentgym.sandbox.base import HOST_DIR_PREFIX
 from agentgym.sandbox.cgroups import parent_dirs
+from agentgym.sandbox.docker import docker_client
+from agentgym.sandbox.local import bwrap_usable
 from agentgym.sandbox.owner import Owner, owner_alive
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT, WORKER, unavailable
+
+#: Every env but the desktop, whose observations carry live window geometry (a layout can take a
+#: frame longer): tests/envs/gui/test_gui.py plays it under both backends, checking outcomes, not
+#: traces. hosting/test_sandboxed_envs.py plays these under each backend.
+ENVS = sorted(e for e in agentgym.list_envs() if e != "agentgym/Desktop-v0")
+
+T = TypeVar("T")
 
 # --- what misbehaving code does (each a python3 -c program) ------------------------------------
 
@@ -134,7 +156,7 @@ def keeps_answering(sb: Sandbox, stop: threading.Event) -> list[float]:
     return times
 
 
-def while_running(sb_bystander: Sandbox, action: Callable[[], object]) -> tuple[object, list[float]]:
+def while_running(sb_bystander: Sandbox, action: Callable[[], T]) -> tuple[T, list[float]]:
     """Do ``action`` while ``sb_bystander`` keeps answering; (its result, bystander latencies)."""
     stop = threading.Event()
     result: dict[str, list[float]] = {}
@@ -172,7 +194,7 @@ def run_and_crash(code: str, timeout: float = 120) -> str:
 # --- nothing may outlive a test ------------------------------------------------------------------
 #
 # What this process's tests make lies under its temp dir (a worker's own when the suite runs on
-# several, see conftest.py), so host dirs, sandbox processes and containers are told apart by
+# several, see tests/conftest.py), so host dirs, sandbox processes and containers are told apart by
 # path. cgroups are named by owner: a live owner must be this process or one of its children;
 # a dead owner's groups are counted by the sandbox group's tests, where every owner is killed.
 
@@ -219,8 +241,6 @@ def _sandbox_processes() -> set[int]:
 
 
 def _containers() -> set[str]:
-    from agentgym.sandbox.docker import docker_client
-
     try:
         client = docker_client()
     except Exception:
@@ -257,13 +277,73 @@ def _leftovers(before: dict[str, set], with_dead_owners: bool) -> dict[str, set]
     return {k: v - before[k] for k, v in now.items() if v - before[k]}
 
 
-@pytest.fixture(autouse=True)
+def _serial_group(node: pytest.Item) -> str | None:
+    """The group that tests/conftest.py put ``node`` in (its ``xdist_group`` marker)."""
+    marker = node.get_closest_marker("xdist_group")
+    return marker.args[0] if marker is not None and marker.args else None
+
+
+@pytest.fixture
 def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test: no sandbox host dir, cgroup, process or container that it created."""
-    dead_owners = WORKER is None or serial_group(request.node) == "sandbox"
+    dead_owners = WORKER is None or _serial_group(request.node) == "sandbox"
     before = _snapshot(dead_owners)
     yield
     deadline = time.monotonic() + 10  # auto-removal of killed containers is asynchronous
     while (left := _leftovers(before, dead_owners)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, f"the test left behind: {left}"
+
+
+# --- the backends ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def client() -> Any:
+    """The Docker daemon's client (skip without a daemon, fail under CI)."""
+    try:
+        return docker_client()
+    except SandboxError as exc:
+        unavailable(str(exc))
+
+
+@pytest.fixture(scope="session")
+def base_image(client: Any) -> str:
+    """The offline base image (bookworm + python3), built once if missing."""
+    try:
+        return build_base_image(OFFLINE_BASE_IMAGE, client=client)
+    except SandboxError as exc:
+        unavailable(f"cannot build {OFFLINE_BASE_IMAGE}: {exc}")
+        raise
+
+
+@pytest.fixture(scope="session")
+def textgames_image(client: Any, base_image: str) -> str:
+    """The text games' env-server image, built here if missing or stale (or waited for while
+    another process builds it: CI starts the builds beside the tests)."""
+    build_images(["textgames"], base_image=base_image, client=client, stale_only=True)
+    return image_for("agentgym/Sokoban-v0")
+
+
+@pytest.fixture
+def bwrap() -> None:
+    """Bubblewrap works here (skip without it, fail under CI)."""
+    if (problem := bwrap_usable()) is not None:
+        unavailable(problem)
+
+
+@pytest.fixture(scope="session")
+def current_textgames_image(request: pytest.FixtureRequest) -> str:
+    """The text games' image, and every other family's that ENVS need, rebuilt if it runs other
+    sources than this checkout's (its envs would then play differently)."""
+    image = request.getfixturevalue("textgames_image")
+    families = sorted({image_for(e).split("/", 1)[1].split(":")[0] for e in ENVS})
+    build_images(families, base_image=request.getfixturevalue("base_image"), stale_only=True)
+    return image
+
+
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Each sandbox backend; ``docker`` with an up-to-date text games' image."""
+    request.getfixturevalue("bwrap" if request.param == "local" else "current_textgames_image")
+    return request.param

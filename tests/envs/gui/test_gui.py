@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import unavailable
 from gymnasium.utils.env_checker import check_env
-from test_sandbox_docker import base_image, client  # noqa: F401  (fixtures)
 
 import agentgym
 from agentgym.envs.gui import desktop as desktop_module
@@ -34,6 +32,8 @@ from agentgym.envs.gui.env import DesktopEnv
 from agentgym.envs.gui.expert import expert_action, parse_observation
 from agentgym.envs.gui.tasks import KEYFILE, gui_tasks, keyfile_value
 from agentgym.sandbox.spec import Backend
+
+from support import unavailable
 
 pytestmark = pytest.mark.gui
 

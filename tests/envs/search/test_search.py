@@ -12,22 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 import agentgym
 from agentgym.envs.search.corpus import read_passages, read_questions, write_jsonl
 from agentgym.envs.search.index import MAX_QUERY_CHARS, BM25Index
 from agentgym.envs.search.rewards import exact_match, normalize_answer, word_f1
 from agentgym.envs.search.service import RetrieverClient
-from agentgym.envs.search.world import generate_world
 
-FIXTURES = Path(__file__).parent / "fixtures" / "search"
+from support import FIXTURES
+
+# no process or dir may outlive a test
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+SEARCH_FIXTURES = FIXTURES / "search"
 HUGE_QUERY = "lake " * 20_480  # 100 KB
-
-
-@pytest.fixture(scope="module")
-def world():
-    return generate_world(0)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,7 @@ def world_index(world, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_index(tmp_path_factory):
-    return BM25Index.build(read_passages(FIXTURES / "passages.jsonl"),
+    return BM25Index.build(read_passages(SEARCH_FIXTURES / "passages.jsonl"),
                            tmp_path_factory.mktemp("small") / "index")
 
 
@@ -78,20 +76,20 @@ def test_word_f1():
 
 
 def test_read_passages_in_both_formats():
-    plain = list(read_passages(FIXTURES / "passages.jsonl"))
+    plain = list(read_passages(SEARCH_FIXTURES / "passages.jsonl"))
     assert [p.id for p in plain] == ["d1", "d2", "d3", "d4", "d5"]
     assert plain[0].title == "Lake Orvel" and plain[0].text.startswith("Lake Orvel is")
-    flash = list(read_passages(FIXTURES / "flashrag_corpus.jsonl"))
+    flash = list(read_passages(SEARCH_FIXTURES / "flashrag_corpus.jsonl"))
     assert flash[1].id == "1" and flash[1].title == "Ada Wren"
     assert flash[1].text == "Ada Wren was a surveyor born in Port Ellis."
 
 
 def test_read_questions_in_the_usual_formats(tmp_path):
-    qs = read_questions(FIXTURES / "questions.jsonl", split="dev")
+    qs = read_questions(SEARCH_FIXTURES / "questions.jsonl", split="dev")
     assert [q.id for q in qs] == ["nq_1", "nq_2", "questions-3"]
     assert qs[0].answers == ("Sell", "the River Sell") and qs[2].answers == ("Port Ellis",)
     assert qs[1].supporting == ("d3",) and qs[1].hops == 1 and {q.split for q in qs} == {"dev"}
-    (r1,) = read_questions(FIXTURES / "searchr1.jsonl")
+    (r1,) = read_questions(SEARCH_FIXTURES / "searchr1.jsonl")
     assert r1.answers == ("Port Ellis",)
     as_list = tmp_path / "qs.json"
     as_list.write_text(json.dumps([{"question": "q?", "answers": ["a"]}]))
@@ -104,9 +102,9 @@ def test_loader_errors_name_the_file_and_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.jsonl"):
         list(read_passages(tmp_path / "nowhere.jsonl"))
     with pytest.raises(ValueError, match=r"bad_line.jsonl:2: not valid JSON"):
-        list(read_passages(FIXTURES / "bad_line.jsonl"))
+        list(read_passages(SEARCH_FIXTURES / "bad_line.jsonl"))
     with pytest.raises(ValueError, match=r"no_answers.jsonl:1: no gold answers"):
-        read_questions(FIXTURES / "no_answers.jsonl")
+        read_questions(SEARCH_FIXTURES / "no_answers.jsonl")
     (tmp_path / "dup.jsonl").write_text('{"id": 1, "question": "a", "answer": "b"}\n' * 2)
     with pytest.raises(ValueError, match="dup.jsonl:2: duplicate question id '1'"):
         read_questions(tmp_path / "dup.jsonl")
@@ -169,7 +167,7 @@ def test_index_command(tmp_path):
     from agentgym.cli import main
 
     out = tmp_path / "idx"
-    assert main(["index", str(FIXTURES / "flashrag_corpus.jsonl"), str(out)]) == 0
+    assert main(["index", str(SEARCH_FIXTURES / "flashrag_corpus.jsonl"), str(out)]) == 0
     assert len(BM25Index.load(out)) == 2
     assert main(["index", str(tmp_path / "missing.jsonl"), str(tmp_path / "idx2")]) == 2
     assert not (tmp_path / "idx2").exists()
@@ -282,10 +280,10 @@ def test_queries_in_other_scripts_find_nothing_but_are_valid(cache):
 
 
 def test_own_data_by_index_corpus_or_service(cache, small_index, tmp_path):
-    qs = str(FIXTURES / "questions.jsonl")
+    qs = str(SEARCH_FIXTURES / "questions.jsonl")
     by_index = agentgym.make("agentgym/SearchQA-v0", questions=qs, index=str(small_index.path))
     by_corpus = agentgym.make("agentgym/SearchQA-v0", questions=qs,
-                              corpus=str(FIXTURES / "passages.jsonl"))
+                              corpus=str(SEARCH_FIXTURES / "passages.jsonl"))
     for env in (by_index, by_corpus):
         obs, info = env.reset(options={"task_id": "nq_2"})
         obs, *_ = env.step("<search>first climbed Mount Kestrin</search>")

@@ -22,11 +22,6 @@ YEAR = re.compile(r"\b\d{4}\b")
 
 
 @pytest.fixture(scope="module")
-def world() -> World:
-    return generate_world(0)
-
-
-@pytest.fixture(scope="module")
 def by_id(world: World) -> dict[str, Passage]:
     return {p.id: p for p in world.passages}
 

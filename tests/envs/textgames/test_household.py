@@ -8,12 +8,13 @@ import warnings
 
 import gymnasium as gym
 import pytest
-from conftest import run_python
 from gymnasium.utils.env_checker import check_env
 
 import agentgym
 from agentgym.env import normalize_action
 from agentgym.envs.textgames.household import TASK_TYPES, HouseholdEnv, generate
+
+from support import run_python
 
 ROOMS = {"kitchen", "living room", "bedroom", "bathroom"}
 BAD_ACTIONS = ["", "   \t\n", "x" * 100_000, "\x00\xff\ufffd", "🦜 ünïcødé 漢字",

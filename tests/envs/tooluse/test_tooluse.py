@@ -7,15 +7,18 @@ import json
 import random
 
 import pytest
-from conftest import unavailable
 from gymnasium.utils.env_checker import check_env
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 from agentgym.envs.tooluse.app_tasks import app_tasks
 from agentgym.envs.tooluse.data import data_tasks
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import expert_action
 from agentgym.sandbox.local import bwrap_usable
+
+from support import unavailable
+
+# no process or dir may outlive a test
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def call(name: str, **arguments: object) -> str:

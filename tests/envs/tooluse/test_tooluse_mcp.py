@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
-from test_sandbox_support import no_leftovers  # noqa: F401  (autouse: no process or dir left)
 
 from agentgym.envs.tooluse.app_tasks import app_tasks
 from agentgym.envs.tooluse.data import data_tasks
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import _printed
+
+# no process or dir may outlive a test
+pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def server(task_id: str) -> StdioServerParameters:

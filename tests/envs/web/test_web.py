@@ -18,6 +18,8 @@ from agentgym.envs.web.site import create_app
 from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import MAX_QUERY_CHARS, ShopTextEnv
 
+from support.web import near_miss
+
 HUGE = "x" * 100_000
 
 
@@ -115,15 +117,6 @@ def test_random_clicking_scores_low(env):
 
     rewards = [play(env, goal.id, act)[0] for goal in sample("test", 30, seed=1)]
     assert sum(rewards) / len(rewards) < 0.2 and max(rewards) < 1.0
-
-
-def near_miss(goal, product):
-    """(option name, wanted value, other in-stock value): the task's last option, changed."""
-    name = [n for n in product.options if n in goal.options][-1]
-    wanted = goal.options[name]
-    other = next(v for v in product.options[name] if v.lower() != wanted.lower()
-                 and product.in_stock(expert_choice(goal, product) | {name: v}))
-    return name, wanted, other
 
 
 def test_a_near_miss_scores_below_one(env):

@@ -16,9 +16,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from conftest import unavailable
 from gymnasium.utils.env_checker import check_env
-from test_web import near_miss
 
 import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.web.browser import (
@@ -30,6 +28,9 @@ from agentgym.envs.web.browser import (
 from agentgym.envs.web.expert import aplay, expert_action, play
 from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import ShopTextEnv
+
+from support import unavailable
+from support.web import near_miss
 
 pytestmark = pytest.mark.browser
 HUGE = "x" * 100_000

@@ -12,7 +12,6 @@ from dataclasses import replace
 from itertools import pairwise
 
 import pytest
-from conftest import run_python
 
 from agentgym.envs.web.catalog import (
     SORTS,
@@ -33,6 +32,8 @@ from agentgym.envs.web.tasks import (
     task_split,
     tasks,
 )
+
+from support import run_python
 
 DIGEST = """
 import hashlib

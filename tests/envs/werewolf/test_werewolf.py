@@ -12,7 +12,6 @@ import warnings
 from typing import Any
 
 import pytest
-import test_env_contract as contract
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import api_test, parallel_api_test, parallel_seed_test, seed_test
@@ -29,6 +28,8 @@ from agentgym.multiagent import collect
 from agentgym.policy import GenerationRequest
 from agentgym.registry import make_aec, make_parallel, register_multiagent
 from agentgym.rollout import Task, default_tasks
+
+from support import contract
 
 WEREWOLF = "agentgym/Werewolf-v0"
 # Deal of the scripted games: Player1 and Player2 werewolves, Player3 seer, Player4 doctor.
@@ -518,13 +519,13 @@ def test_bot_decisions():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gym_contract_check_env(seed):
-    contract.test_check_env(WEREWOLF, seed)
+    contract.check_env_contract(WEREWOLF, seed)
 
 
-@pytest.mark.parametrize("check", [contract.test_bad_actions_answered_not_raised,
-                                   contract.test_deterministic_across_processes,
-                                   contract.test_task_id_reproduces_start_state,
-                                   contract.test_async_twins_match_sync])
+@pytest.mark.parametrize("check", [contract.bad_actions_answered_not_raised,
+                                   contract.deterministic_across_processes,
+                                   contract.task_id_reproduces_start_state,
+                                   contract.async_twins_match_sync])
 def test_gym_contract(check):
     check(WEREWOLF)
 
