@@ -77,6 +77,7 @@ def _overrides(wrapper: gym.Wrapper, base: type[gym.Wrapper]) -> bool:
 def _hooked(wrapper: gym.Wrapper, areset: Reset, astep: Step) -> tuple[Reset, Step] | None:
     """``(areset, astep)`` with ``wrapper``'s hook applied, or ``None`` if it has no hook form."""
     if isinstance(wrapper, gym.ObservationWrapper) and not _overrides(wrapper, gym.ObservationWrapper):
+
         async def reset_obs(**kwargs: Any) -> tuple[Any, dict[str, Any]]:
             obs, info = await areset(**kwargs)
             return wrapper.observation(obs), info
@@ -87,11 +88,13 @@ def _hooked(wrapper: gym.Wrapper, areset: Reset, astep: Step) -> tuple[Reset, St
 
         return reset_obs, step_obs
     if isinstance(wrapper, gym.ActionWrapper) and not _overrides(wrapper, gym.ActionWrapper):
+
         async def step_action(action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
             return await astep(wrapper.action(action))
 
         return areset, step_action
     if isinstance(wrapper, gym.RewardWrapper) and not _overrides(wrapper, gym.RewardWrapper):
+
         async def step_reward(action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
             obs, reward, terminated, truncated, info = await astep(action)
             return obs, wrapper.reward(reward), terminated, truncated, info

@@ -66,15 +66,15 @@ def _parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     envs = {
-        env_id: m for env_id, m in agentgym.list_envs().items()
+        env_id: m
+        for env_id, m in agentgym.list_envs().items()
         if args.family is None or m.family == args.family
     }
     table = Table(title=f"agentgym environments ({len(envs)})")
     for column in ("id", "kind", "family", "description", "plugin", "extras"):
         table.add_column(column, overflow="fold")
     for env_id, m in envs.items():
-        table.add_row(env_id, ", ".join(m.kinds), m.family, m.description, m.plugin,
-                      ", ".join(m.extras))
+        table.add_row(env_id, ", ".join(m.kinds), m.family, m.description, m.plugin, ", ".join(m.extras))
     console.print(table)
     return 0
 
@@ -144,11 +144,21 @@ class ConfigHelp(argparse.Action):
     default and meaning (:func:`agentgym.conf.config_help`, from the schema dataclass)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="show this help, with every config key, and exit")
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show this help, with every config key, and exit",
+        )
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
         command = parser.prog.split()[-1]
         text = parser.format_help()
         try:
@@ -178,8 +188,11 @@ def _config_request(command: str, args: argparse.Namespace) -> int | None:
         else:
             print(OmegaConf.to_yaml(compose(command, args.overrides), resolve=args.resolve), end="")
     except CONFIG_ERRORS as exc:
-        console.print(f"[red]agentgym {command}: bad configuration:[/red] {escape(str(exc))}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]agentgym {command}: bad configuration:[/red] {escape(str(exc))}",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 2
     return 0
 
@@ -203,29 +216,46 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         cfg = TrainConfig.from_dict(to_dict(compose("train", args.overrides), resolve=True))
     except (*CONFIG_ERRORS, TypeError, ValueError) as exc:
-        console.print(f"[red]agentgym train: bad configuration:[/red] {escape(str(exc))}",
-                      highlight=False, soft_wrap=True)
+        console.print(
+            f"[red]agentgym train: bad configuration:[/red] {escape(str(exc))}",
+            highlight=False,
+            soft_wrap=True,
+        )
         return 2
     train(cfg)
     return 0
 
 
-def _config_command(sub: Any, name: str, summary: str, description: str, example: str
-                    ) -> argparse.ArgumentParser:
+def _config_command(
+    sub: Any, name: str, summary: str, description: str, example: str
+) -> argparse.ArgumentParser:
     """A command configured by Hydra overrides, with Hydra's ``--cfg job`` and ``--info``."""
-    p = sub.add_parser(name, help=summary, description=description, add_help=False,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        name,
+        help=summary,
+        description=description,
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-h", "--help", action=ConfigHelp)
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                   help=f"Hydra overrides, e.g. {example}; +KEY=VALUE adds a key to a dict "
-                        "(+env_kwargs.split=dev), GROUP=OPTION picks a config of a group")
-    p.add_argument("-c", "--cfg", choices=["job"], default=None,
-                   help="print the composed config (YAML) and exit")
-    p.add_argument("--resolve", action="store_true",
-                   help="with --cfg: resolve ${...} interpolations")
-    p.add_argument("-i", "--info", action="store_true",
-                   help="print where the config comes from (search path, schema, defaults list, "
-                        "group choices) and the composed config, and exit")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help=f"Hydra overrides, e.g. {example}; +KEY=VALUE adds a key to a dict "
+        "(+env_kwargs.split=dev), GROUP=OPTION picks a config of a group",
+    )
+    p.add_argument(
+        "-c", "--cfg", choices=["job"], default=None, help="print the composed config (YAML) and exit"
+    )
+    p.add_argument("--resolve", action="store_true", help="with --cfg: resolve ${...} interpolations")
+    p.add_argument(
+        "-i",
+        "--info",
+        action="store_true",
+        help="print where the config comes from (search path, schema, defaults list, "
+        "group choices) and the composed config, and exit",
+    )
     return p
 
 
@@ -243,8 +273,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     base = OFFLINE_BASE_IMAGE if args.offline_base else args.base_image or DEFAULT_BASE_IMAGE
     try:
-        images = build_images(args.families or None, base_image=base,
-                              log=lambda line: console.print(line, highlight=False))
+        images = build_images(
+            args.families or None, base_image=base, log=lambda line: console.print(line, highlight=False)
+        )
     except SandboxError as exc:
         console.print(f"[red]agentgym build:[/red] {escape(str(exc))}", highlight=False)
         return 1
@@ -274,24 +305,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("env_id")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--task-id", default=None)
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="env constructor argument (YAML value); repeatable")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env constructor argument (YAML value); repeatable",
+    )
     p.set_defaults(func=cmd_play)
 
-    p = _config_command(sub, "eval", "evaluate a policy on environments (Hydra overrides)",
-                        "Evaluate a policy on a suite of environments or on one env; re-running "
-                        "a command resumes its run.",
-                        "suite=smoke policy=random concurrency=8")
+    p = _config_command(
+        sub,
+        "eval",
+        "evaluate a policy on environments (Hydra overrides)",
+        "Evaluate a policy on a suite of environments or on one env; re-running a command resumes its run.",
+        "suite=smoke policy=random concurrency=8",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("report", help="write a run's report.html, or compare runs side by side")
     report.add_arguments(p)
     p.set_defaults(func=report.run)
 
-    p = _config_command(sub, "train", "train a policy with RL (Hydra overrides)",
-                        "Train a policy with RL on one environment, with turn-level credit "
-                        "assignment; resume=true continues a stopped run exactly.",
-                        "estimator=grpo steps=50 learner.lr=1e-5")
+    p = _config_command(
+        sub,
+        "train",
+        "train a policy with RL (Hydra overrides)",
+        "Train a policy with RL on one environment, with turn-level credit "
+        "assignment; resume=true continues a stopped run exactly.",
+        "estimator=grpo steps=50 learner.lr=1e-5",
+    )
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("serve", help="serve env sessions over HTTP (keep-alive JSON)")
@@ -299,22 +342,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("build", help="build env families' container images, without network")
-    p.add_argument("families", nargs="*", metavar="FAMILY",
-                   help="families with a containers/<family>/Dockerfile (default: all)")
+    p.add_argument(
+        "families",
+        nargs="*",
+        metavar="FAMILY",
+        help="families with a containers/<family>/Dockerfile (default: all)",
+    )
     base = p.add_mutually_exclusive_group()
-    base.add_argument("--base-image", metavar="IMG", default=None,
-                      help="base image (default: python:3.11-slim-bookworm, from a registry)")
-    base.add_argument("--offline-base", action="store_true",
-                      help="build on agentgym/base:bookworm, made first with mmdebstrap if missing")
+    base.add_argument(
+        "--base-image",
+        metavar="IMG",
+        default=None,
+        help="base image (default: python:3.11-slim-bookworm, from a registry)",
+    )
+    base.add_argument(
+        "--offline-base",
+        action="store_true",
+        help="build on agentgym/base:bookworm, made first with mmdebstrap if missing",
+    )
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("sandbox", help="manage sandboxes")
     sandbox_sub = p.add_subparsers(dest="sandbox_command", required=True)
     p = sandbox_sub.add_parser("gc", help="remove sandboxes that crashed processes left behind")
-    p.add_argument("--older-than", type=float, default=0.0, metavar="S",
-                   help="only those created at least S seconds ago (default %(default)s)")
-    p.add_argument("--all", action="store_true",
-                   help="also sandboxes of processes still running (stop them first)")
+    p.add_argument(
+        "--older-than",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="only those created at least S seconds ago (default %(default)s)",
+    )
+    p.add_argument(
+        "--all", action="store_true", help="also sandboxes of processes still running (stop them first)"
+    )
     p.set_defaults(func=cmd_sandbox_gc)
     add_family_commands(sub)
     return parser
@@ -328,8 +388,12 @@ def add_family_commands(subparsers: Any) -> None:
         try:
             ep.load()(subparsers)
         except Exception as exc:  # a broken plugin must not take the CLI down
-            warnings.warn(f"agentgym command plugin {ep.name!r} ({ep.value}) failed to load and "
-                          f"was skipped: {type(exc).__name__}: {exc}", PluginWarning, stacklevel=2)
+            warnings.warn(
+                f"agentgym command plugin {ep.name!r} ({ep.value}) failed to load and "
+                f"was skipped: {type(exc).__name__}: {exc}",
+                PluginWarning,
+                stacklevel=2,
+            )
 
 
 _terminated = threading.Event()

@@ -121,7 +121,9 @@ class TextEnv(gym.Env[str, str]):
     # render_fps only silences the checker: text renders once per call. Gymnasium annotates
     # metadata without ClassVar (an instance variable, to mypy); it is a class attribute.
     metadata: ClassVar[dict[str, Any]] = {  # type: ignore[misc]
-        "render_modes": ["ansi", "human"], "render_fps": 4}
+        "render_modes": ["ansi", "human"],
+        "render_fps": 4,
+    }
     family: ClassVar[str] = "misc"
     step_in_thread: ClassVar[bool] = True
 
@@ -176,8 +178,14 @@ class TextEnv(gym.Env[str, str]):
 T = TypeVar("T")
 
 
-def pick_task(tasks: Sequence[T], by_id: Mapping[str, T], options: Mapping[str, Any] | None,
-              rng: Any, who: str, noun: str = "task") -> T:
+def pick_task(
+    tasks: Sequence[T],
+    by_id: Mapping[str, T],
+    options: Mapping[str, Any] | None,
+    rng: Any,
+    who: str,
+    noun: str = "task",
+) -> T:
     """The task a ``reset`` starts: ``options["task_id"]`` (looked up in ``by_id``), else one of
     ``tasks`` drawn with ``rng`` (the env's ``np_random``). Other options, and ids not in
     ``by_id``, raise ``ValueError`` naming ``who`` (the env) and ``noun`` ("task", "question")."""
@@ -188,8 +196,9 @@ def pick_task(tasks: Sequence[T], by_id: Mapping[str, T], options: Mapping[str, 
     if task_id is None:
         return tasks[int(rng.integers(len(tasks)))]
     if str(task_id) not in by_id:
-        raise ValueError(f"{who}: no {noun} {task_id!r} here ({len(tasks)} {noun}s, e.g. "
-                         f"{next(iter(by_id))!r})")
+        raise ValueError(
+            f"{who}: no {noun} {task_id!r} here ({len(tasks)} {noun}s, e.g. {next(iter(by_id))!r})"
+        )
     return by_id[str(task_id)]
 
 

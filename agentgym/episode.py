@@ -20,8 +20,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Episode", "EpisodeFileError", "Turn", "TurnTable", "episode_json", "load_episodes",
-           "save_episodes", "to_dataset"]
+__all__ = [
+    "Episode",
+    "EpisodeFileError",
+    "Turn",
+    "TurnTable",
+    "episode_json",
+    "load_episodes",
+    "save_episodes",
+    "to_dataset",
+]
 
 
 @dataclass
@@ -113,8 +121,9 @@ def episode_json(episode: Episode) -> str:
     return text
 
 
-def save_episodes(path: str | os.PathLike[str], episodes: Iterable[Episode], *,
-                  append: bool = False, fsync: bool = False) -> None:
+def save_episodes(
+    path: str | os.PathLike[str], episodes: Iterable[Episode], *, append: bool = False, fsync: bool = False
+) -> None:
     """Write episodes as JSONL, one episode per line (``append`` adds to an existing file).
 
     With ``fsync`` each line is flushed to disk before the next is written, so that a killed
@@ -199,8 +208,10 @@ class TurnTable:
         turns = [t for ep in episodes for t in ep.turns]
         state_codes: dict[str, int] = {}
         state = np.array(
-            [-1 if t.state_key is None else state_codes.setdefault(t.state_key, len(state_codes))
-             for t in turns],
+            [
+                -1 if t.state_key is None else state_codes.setdefault(t.state_key, len(state_codes))
+                for t in turns
+            ],
             dtype=np.int64,
         )
         episode = np.repeat(np.arange(len(episodes), dtype=np.int64), lengths)
@@ -234,4 +245,3 @@ class TurnTable:
     def turns(self) -> Iterator[Turn]:
         """The turns in row order."""
         return (t for ep in self.episodes for t in ep.turns)
-

@@ -26,8 +26,14 @@ from pathlib import Path
 __all__ = ["atomic_path", "atomic_write"]
 
 
-def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, encoding: str = "utf-8",
-                 mode: int = 0o666, fsync: bool = False) -> None:
+def atomic_write(
+    path: str | os.PathLike[str],
+    data: bytes | str,
+    *,
+    encoding: str = "utf-8",
+    mode: int = 0o666,
+    fsync: bool = False,
+) -> None:
     """Replace the file ``path`` by ``data`` atomically (see the module documentation).
 
     ``data`` is written as is, or for a ``str`` encoded with ``encoding`` (newlines are not

@@ -27,9 +27,21 @@ from typing import Any, Generic, TypeVar
 import httpx
 import tenacity
 
-__all__ = ["MAX_RETRY_WAIT_S", "UDS_BASE_URL", "HealthCheck", "PerLoop", "async_http_client",
-           "describe_error", "http_client", "parse_endpoint", "request_with_retries",
-           "retry_after", "retryable", "retrying", "url_of"]
+__all__ = [
+    "MAX_RETRY_WAIT_S",
+    "UDS_BASE_URL",
+    "HealthCheck",
+    "PerLoop",
+    "async_http_client",
+    "describe_error",
+    "http_client",
+    "parse_endpoint",
+    "request_with_retries",
+    "retry_after",
+    "retryable",
+    "retrying",
+    "url_of",
+]
 
 UDS_BASE_URL = "http://sandbox"
 #: Longest wait before a retry, whatever a ``Retry-After`` header asks (seconds).
@@ -50,17 +62,19 @@ def parse_endpoint(endpoint: str) -> tuple[str, str | None]:
     raise ValueError(f"not an endpoint (unix:/path or http(s)://host:port): {endpoint!r}")
 
 
-def _options(endpoint: str, uds: str | None, kwargs: dict[str, Any],
-             transport: type[httpx.HTTPTransport] | type[httpx.AsyncHTTPTransport]
-             ) -> dict[str, Any]:
+def _options(
+    endpoint: str,
+    uds: str | None,
+    kwargs: dict[str, Any],
+    transport: type[httpx.HTTPTransport] | type[httpx.AsyncHTTPTransport],
+) -> dict[str, Any]:
     """The keyword arguments of the httpx client for ``endpoint`` (see :func:`http_client`)."""
     base_url, socket = parse_endpoint(endpoint)
     socket = uds if uds is not None else socket
     plain = base_url.startswith("http://")
     if socket is not None and "transport" not in kwargs:
         limits = {"limits": kwargs.pop("limits")} if "limits" in kwargs else {}
-        kwargs["transport"] = transport(uds=socket, verify=kwargs.pop("verify", not plain),
-                                        **limits)
+        kwargs["transport"] = transport(uds=socket, verify=kwargs.pop("verify", not plain), **limits)
     elif plain and not kwargs.get("trust_env", True):
         kwargs.setdefault("verify", False)
     return {"base_url": base_url, **kwargs}
@@ -80,8 +94,7 @@ def http_client(endpoint: str, *, uds: str | None = None, **kwargs: Any) -> http
     return httpx.Client(**_options(endpoint, uds, kwargs, httpx.HTTPTransport))
 
 
-def async_http_client(endpoint: str, *, uds: str | None = None,
-                      **kwargs: Any) -> httpx.AsyncClient:
+def async_http_client(endpoint: str, *, uds: str | None = None, **kwargs: Any) -> httpx.AsyncClient:
     """:func:`http_client` as an ``httpx.AsyncClient`` (it belongs to the event loop that first
     uses it; see :class:`PerLoop`)."""
     return httpx.AsyncClient(**_options(endpoint, uds, kwargs, httpx.AsyncHTTPTransport))
@@ -97,11 +110,9 @@ class HealthCheck:
     with :meth:`close` or a ``with`` block.
     """
 
-    def __init__(self, endpoint: str, path: str = "/health", *, uds: str | None = None,
-                 **kwargs: Any):
+    def __init__(self, endpoint: str, path: str = "/health", *, uds: str | None = None, **kwargs: Any):
         self.path = path
-        self._client = http_client(endpoint, uds=uds,
-                                   **{"timeout": 2.0, "trust_env": False} | kwargs)
+        self._client = http_client(endpoint, uds=uds, **{"timeout": 2.0, "trust_env": False} | kwargs)
 
     def __call__(self) -> httpx.Response | None:
         try:
@@ -217,9 +228,13 @@ class _RetryWait(tenacity.wait.wait_base):
         return self._backoff(retry_state)
 
 
-def retrying(*, attempts: int, backoff: float,
-             retry: Callable[[BaseException], bool] = retryable,
-             max_wait: float = MAX_RETRY_WAIT_S) -> tenacity.AsyncRetrying:
+def retrying(
+    *,
+    attempts: int,
+    backoff: float,
+    retry: Callable[[BaseException], bool] = retryable,
+    max_wait: float = MAX_RETRY_WAIT_S,
+) -> tenacity.AsyncRetrying:
     """agentgym's retry policy, as a tenacity ``AsyncRetrying``: at most ``attempts`` tries in
     all. After a failure that ``retry`` accepts (default :func:`retryable`) the next try comes
     after the :func:`retry_after` wait of a 429/503 answer (an ``httpx.HTTPStatusError``), else
@@ -229,9 +244,12 @@ def retrying(*, attempts: int, backoff: float,
 
         response = await retrying(attempts=4, backoff=0.5)(send)   # send: an async callable
     """
-    return tenacity.AsyncRetrying(stop=tenacity.stop_after_attempt(attempts),
-                                  wait=_RetryWait(backoff, max_wait),
-                                  retry=tenacity.retry_if_exception(retry), reraise=True)
+    return tenacity.AsyncRetrying(
+        stop=tenacity.stop_after_attempt(attempts),
+        wait=_RetryWait(backoff, max_wait),
+        retry=tenacity.retry_if_exception(retry),
+        reraise=True,
+    )
 
 
 def _content(response: httpx.Response) -> Any:
@@ -240,10 +258,17 @@ def _content(response: httpx.Response) -> Any:
     return response.text
 
 
-async def request_with_retries(client: httpx.AsyncClient, method: str, path: str,
-                               body: dict[str, Any] | None = None, *, timeout: float,
-                               max_retries: int, backoff: float,
-                               error: type[Exception]) -> Any:
+async def request_with_retries(
+    client: httpx.AsyncClient,
+    method: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    timeout: float,
+    max_retries: int,
+    backoff: float,
+    error: type[Exception],
+) -> Any:
     """The answer of ``method path`` on ``client``, with ``body`` as JSON (parsed JSON, or text
     for other content types).
 
@@ -263,8 +288,9 @@ async def request_with_retries(client: httpx.AsyncClient, method: str, path: str
         except (TimeoutError, httpx.TimeoutException):
             raise error(f"{method} {url} timed out after {timeout} s") from None
         if response.status_code >= 400:
-            raise httpx.HTTPStatusError(f"HTTP {response.status_code}", request=response.request,
-                                        response=response)
+            raise httpx.HTTPStatusError(
+                f"HTTP {response.status_code}", request=response.request, response=response
+            )
         return response
 
     try:
@@ -275,6 +301,5 @@ async def request_with_retries(client: httpx.AsyncClient, method: str, path: str
             raise error(f"{method} {url} failed: {cause}") from None
         raise error(f"{method} {url} failed after {attempts} attempts: {cause}") from None
     except httpx.TransportError as exc:
-        raise error(f"{method} {url} failed after {attempts} attempts: "
-                    f"{describe_error(exc)}") from None
+        raise error(f"{method} {url} failed after {attempts} attempts: {describe_error(exc)}") from None
     return _content(response)

@@ -66,12 +66,21 @@ from agentgym.rollout import (
     request_seed,
 )
 
-__all__ = ["Batchers", "GameResult", "Seat", "WholeResponse", "acollect", "collect",
-           "default_prompter", "step_parallel"]
+__all__ = [
+    "Batchers",
+    "GameResult",
+    "Seat",
+    "WholeResponse",
+    "acollect",
+    "collect",
+    "default_prompter",
+    "step_parallel",
+]
 
 MultiAgentEnv: TypeAlias = AECEnv | ParallelEnv
-SYSTEM_PROMPT = ("You are a player in a multi-player text game. Answer each question in the "
-                 "format it asks for.")
+SYSTEM_PROMPT = (
+    "You are a player in a multi-player text game. Answer each question in the format it asks for."
+)
 
 
 @dataclass(frozen=True)
@@ -85,8 +94,9 @@ class WholeResponse:
     def system(self, instruction: str) -> str:
         return self.prompter.system(instruction)
 
-    def messages(self, system: str, past: Any, observation: str, admissible: Any = None
-                 ) -> list[dict[str, str]]:
+    def messages(
+        self, system: str, past: Any, observation: str, admissible: Any = None
+    ) -> list[dict[str, str]]:
         return self.prompter.messages(system, past, observation, admissible)
 
     def parse(self, response: str, admissible: Any = None) -> str:
@@ -109,10 +119,15 @@ class Seat:
     of one group.
     """
 
-    def __init__(self, episode: Episode,
-                 submit: Callable[[GenerationRequest], Awaitable[Generation]],
-                 prompter: PrompterProtocol, sampling: SamplingParams, member: int,
-                 signals: Mapping[str, float] | None = None):
+    def __init__(
+        self,
+        episode: Episode,
+        submit: Callable[[GenerationRequest], Awaitable[Generation]],
+        prompter: PrompterProtocol,
+        sampling: SamplingParams,
+        member: int,
+        signals: Mapping[str, float] | None = None,
+    ):
         self.episode = episode
         self.submit = submit
         self.prompter = prompter
@@ -138,7 +153,9 @@ class Seat:
             messages=self.prompter.messages(self.system, self.past, observation, admissible),
             sampling=self.sampling,
             seed=request_seed(self.episode.seed, self.member, len(self.episode.turns)),
-            observation=observation, info=info)
+            observation=observation,
+            info=info,
+        )
         start = time.perf_counter()
         generation = await self.submit(request)
         action = self.prompter.parse(generation.text, admissible)
@@ -150,15 +167,23 @@ class Seat:
         assert self._asked is not None, "record() follows act()"
         observation, asked_info, generation, action, generate_seconds = self._asked
         self._asked = None
-        self.episode.turns.append(Turn(
-            observation=observation, action=action or "",
-            action_valid=action is not None and bool(info.get("action_valid", True)),
-            reward=0.0, state_key=asked_info.get("state_key"), response_text=generation.text,
-            prompt_ids=generation.prompt_ids, response_ids=generation.response_ids,
-            response_logprobs=generation.logprobs, finish_reason=generation.finish_reason,
-            policy_version=generation.policy_version, info=info,
-            timings={"generate": generate_seconds, "step": step_seconds},
-        ))
+        self.episode.turns.append(
+            Turn(
+                observation=observation,
+                action=action or "",
+                action_valid=action is not None and bool(info.get("action_valid", True)),
+                reward=0.0,
+                state_key=asked_info.get("state_key"),
+                response_text=generation.text,
+                prompt_ids=generation.prompt_ids,
+                response_ids=generation.response_ids,
+                response_logprobs=generation.logprobs,
+                finish_reason=generation.finish_reason,
+                policy_version=generation.policy_version,
+                info=info,
+                timings={"generate": generate_seconds, "step": step_seconds},
+            )
+        )
         self.past.append((observation, generation.text))
         shaping = info.get("signals") or {}
         self.credit(reward + sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items()))
@@ -208,8 +233,12 @@ class Batchers:
         for known, batcher in self._known:
             if known is policy:
                 return batcher.submit
-        batcher = RequestBatcher(policy, getattr(policy, "max_batch_size", None),
-                                 getattr(policy, "max_concurrent_batches", None), self.timeout)
+        batcher = RequestBatcher(
+            policy,
+            getattr(policy, "max_batch_size", None),
+            getattr(policy, "max_concurrent_batches", None),
+            self.timeout,
+        )
         self._known.append((policy, batcher))
         return batcher.submit
 
@@ -232,20 +261,26 @@ class _Run:
     max_game_steps: int
 
 
-async def step_parallel(env: ParallelEnv, seats: Mapping[str, Seat], observations: dict[str, Any],
-                        infos: dict[str, dict[str, Any]], given: Mapping[str, str] | None = None
-                        ) -> tuple[dict[str, Any], ...]:
+async def step_parallel(
+    env: ParallelEnv,
+    seats: Mapping[str, Seat],
+    observations: dict[str, Any],
+    infos: dict[str, dict[str, Any]],
+    given: Mapping[str, str] | None = None,
+) -> tuple[dict[str, Any], ...]:
     """One step of a parallel game: every seat whose agent must act (``action_required``) asks
     its policy, concurrently; ``given`` adds actions decided elsewhere (agents without a seat).
     Each seat's turn is recorded and its rewards credited; a finished seat's episode is closed.
     Returns what ``env.step`` returned, with ``infos`` merged into the previous ones."""
     given = dict(given or {})
-    acting = [a for a in env.agents if a in seats and a not in given
-              and infos[a].get("action_required", True)]
+    acting = [
+        a for a in env.agents if a in seats and a not in given and infos[a].get("action_required", True)
+    ]
     actions = await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in acting))
     start = time.perf_counter()
     observations, rewards, terminations, truncations, step_infos = await _call(
-        env, "step", {**dict(zip(acting, actions, strict=True)), **given})
+        env, "step", {**dict(zip(acting, actions, strict=True)), **given}
+    )
     seconds = time.perf_counter() - start
     infos = {**infos, **step_infos}
     for agent, reward in rewards.items():
@@ -261,8 +296,9 @@ async def step_parallel(env: ParallelEnv, seats: Mapping[str, Seat], observation
     return observations, rewards, terminations, truncations, infos
 
 
-async def _play_parallel(env: ParallelEnv, seats: dict[str, Seat], task: Task,
-                         max_game_steps: int) -> dict[str, dict[str, Any]]:
+async def _play_parallel(
+    env: ParallelEnv, seats: dict[str, Seat], task: Task, max_game_steps: int
+) -> dict[str, dict[str, Any]]:
     observations, infos = await _call(env, "reset", seed=task.seed, options=_options(task))
     for agent in env.agents:
         seats[agent].start(infos[agent])
@@ -273,8 +309,9 @@ async def _play_parallel(env: ParallelEnv, seats: dict[str, Seat], task: Task,
     return infos
 
 
-async def _play_aec(env: AECEnv, seats: dict[str, Seat], task: Task,
-                    max_game_steps: int) -> dict[str, dict[str, Any]]:
+async def _play_aec(
+    env: AECEnv, seats: dict[str, Seat], task: Task, max_game_steps: int
+) -> dict[str, dict[str, Any]]:
     env.reset(seed=task.seed, options=_options(task))
     infos = dict(env.infos)
     for agent in env.agents:
@@ -316,12 +353,22 @@ async def _play(run: _Run, task: Task, member: int) -> GameResult:
         env = await run.pool.acquire()
         for index, agent in enumerate(env.possible_agents):
             policy = run.policies(agent)
-            episode = Episode(episode_id=f"{group}|{agent}#{member}", env_id=run.env_id,
-                              task_id=task.task_id or "", group_id=f"{group}|{agent}",
-                              seed=task.seed, agent=agent)
-            seats[agent] = Seat(episode, run.batchers.submit(policy), run.prompters(agent),
-                                run.sampling, member * len(env.possible_agents) + index,
-                                run.signals)
+            episode = Episode(
+                episode_id=f"{group}|{agent}#{member}",
+                env_id=run.env_id,
+                task_id=task.task_id or "",
+                group_id=f"{group}|{agent}",
+                seed=task.seed,
+                agent=agent,
+            )
+            seats[agent] = Seat(
+                episode,
+                run.batchers.submit(policy),
+                run.prompters(agent),
+                run.sampling,
+                member * len(env.possible_agents) + index,
+                run.signals,
+            )
         result.episodes = {agent: seat.episode for agent, seat in seats.items()}
         play = _play_parallel if isinstance(env, ParallelEnv) else _play_aec
         result.infos = await play(env, seats, task, run.max_game_steps)
@@ -348,11 +395,12 @@ def _per_agent(value: Any, name: str) -> Callable[[str], Any]:
     """``value`` as a function of the agent: a mapping is looked up (a missing agent raises
     ``ValueError``), anything else serves every agent."""
     if isinstance(value, Mapping):
+
         def lookup(agent: str) -> Any:
             if agent not in value:
-                raise ValueError(f"{name} has no entry for agent {agent!r} (it names "
-                                 f"{sorted(value)})")
+                raise ValueError(f"{name} has no entry for agent {agent!r} (it names {sorted(value)})")
             return value[agent]
+
         return lookup
     return lambda agent: value
 
@@ -399,8 +447,10 @@ async def acollect(
             already has).
     """
     if group_size < 1 or max_game_steps < 1 or concurrency < 1:
-        raise ValueError(f"group_size, max_game_steps and concurrency must be >= 1, got "
-                         f"{group_size}, {max_game_steps}, {concurrency}")
+        raise ValueError(
+            f"group_size, max_game_steps and concurrency must be >= 1, got "
+            f"{group_size}, {max_game_steps}, {concurrency}"
+        )
     tasks = list(tasks)
     if isinstance(env, str):
         env_id, family = env, manifest(env).family
@@ -414,11 +464,15 @@ async def acollect(
 
         async def factory() -> MultiAgentEnv:
             return env()
+
     run = _Run(
-        env_id=env_id, pool=EnvPool(factory), policies=_per_agent(policies, "policies"),
+        env_id=env_id,
+        pool=EnvPool(factory),
+        policies=_per_agent(policies, "policies"),
         batchers=Batchers((timeouts or Timeouts()).generate),
         prompters=_per_agent(prompter or default_prompter(family), "prompter"),
-        sampling=sampling or SamplingParams(), signals=dict(signals or {}),
+        sampling=sampling or SamplingParams(),
+        signals=dict(signals or {}),
         max_game_steps=max_game_steps,
     )
     slots = asyncio.Semaphore(concurrency)
@@ -434,8 +488,12 @@ async def acollect(
         stats["errors"] += game.error is not None
         stats["turns"] += sum(e.num_turns for e in game.episodes.values())
         rate = stats["turns"] / max(time.perf_counter() - started, 1e-9)
-        bar.update(bar_id, advance=1, status=f"{rate:,.0f} turns/s" + (
-            f"  [red]{stats['errors']} errors[/red]" if stats["errors"] else ""))
+        bar.update(
+            bar_id,
+            advance=1,
+            status=f"{rate:,.0f} turns/s"
+            + (f"  [red]{stats['errors']} errors[/red]" if stats["errors"] else ""),
+        )
         if on_game is not None:
             on_game(game)
         return game

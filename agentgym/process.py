@@ -35,8 +35,14 @@ from agentgym.http import HealthCheck
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["LOG_TAIL_LINES", "ManagedProcess", "ProcessStartError", "ProcessStartTimeout",
-           "group_alive", "wait_until"]
+__all__ = [
+    "LOG_TAIL_LINES",
+    "ManagedProcess",
+    "ProcessStartError",
+    "ProcessStartTimeout",
+    "group_alive",
+    "wait_until",
+]
 
 #: Lines of log that a :class:`ProcessStartError` ends with.
 LOG_TAIL_LINES = 40
@@ -88,11 +94,13 @@ def _deadline(timeout: float, expired: Callable[[], BaseException]) -> Callable[
     def check() -> None:
         if time.monotonic() >= end:
             raise expired()
+
     return check
 
 
-def wait_until(ready: Callable[[], T | None], *, timeout: float, interval: float,
-               expired: Callable[[], BaseException]) -> T:
+def wait_until(
+    ready: Callable[[], T | None], *, timeout: float, interval: float, expired: Callable[[], BaseException]
+) -> T:
     """The first truthy result of ``ready()``, tried every ``interval`` seconds; raises
     ``expired()`` (e.g. a ``TimeoutError``) once ``timeout`` seconds have passed without one."""
     check = _deadline(timeout, expired)
@@ -121,10 +129,17 @@ class ManagedProcess:
     Attributes: ``process`` (the ``subprocess.Popen``, after :meth:`start`).
     """
 
-    def __init__(self, argv: Sequence[str], *, log_path: str | os.PathLike[str],
-                 name: str | None = None, env: Mapping[str, str] | None = None,
-                 cwd: str | os.PathLike[str] | None = None, pipe_stdio: bool = False,
-                 stop_timeout: float = 10.0):
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        log_path: str | os.PathLike[str],
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        pipe_stdio: bool = False,
+        stop_timeout: float = 10.0,
+    ):
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.name = name or self.argv[0]
@@ -153,11 +168,19 @@ class ManagedProcess:
             raise RuntimeError(f"{self.name} was already started")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            stdio: dict[str, Any] = ({"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-                                     if self.pipe_stdio
-                                     else {"stdin": subprocess.DEVNULL, "stdout": log})
-            self.process = subprocess.Popen(self.argv, stderr=log, env={**os.environ, **self.env},
-                                            cwd=self.cwd, start_new_session=True, **stdio)
+            stdio: dict[str, Any] = (
+                {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+                if self.pipe_stdio
+                else {"stdin": subprocess.DEVNULL, "stdout": log}
+            )
+            self.process = subprocess.Popen(
+                self.argv,
+                stderr=log,
+                env={**os.environ, **self.env},
+                cwd=self.cwd,
+                start_new_session=True,
+                **stdio,
+            )
         atexit.register(self.stop)
         return self
 
@@ -173,11 +196,15 @@ class ManagedProcess:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
-    def _failure(self, what: str, error: type[ProcessStartError],
-                 returncode: int | None) -> ProcessStartError:
+    def _failure(
+        self, what: str, error: type[ProcessStartError], returncode: int | None
+    ) -> ProcessStartError:
         tail = self.log_tail()
-        return error(f"{self.name} {what}; log {self.log_path}, last lines:\n{tail}",
-                     returncode=returncode, log_tail=tail)
+        return error(
+            f"{self.name} {what}; log {self.log_path}, last lines:\n{tail}",
+            returncode=returncode,
+            log_tail=tail,
+        )
 
     def _check_running(self) -> None:
         """Raise :class:`ProcessStartError` if the child has exited."""
@@ -187,19 +214,15 @@ class ManagedProcess:
             raise self._failure(f"exited with code {code}", ProcessStartError, code)
 
     def _timed_out(self, timeout: float) -> Callable[[], ProcessStartError]:
-        return lambda: self._failure(f"was not ready after {timeout} s", ProcessStartTimeout,
-                                     None)
+        return lambda: self._failure(f"was not ready after {timeout} s", ProcessStartTimeout, None)
 
     @overload
-    def wait_ready(self, ready: str, *, timeout: float, interval: float = ...) -> httpx.Response:
-        ...
+    def wait_ready(self, ready: str, *, timeout: float, interval: float = ...) -> httpx.Response: ...
 
     @overload
-    def wait_ready(self, ready: Callable[[], T], *, timeout: float, interval: float = ...) -> T:
-        ...
+    def wait_ready(self, ready: Callable[[], T], *, timeout: float, interval: float = ...) -> T: ...
 
-    def wait_ready(self, ready: Callable[[], Any] | str, *, timeout: float,
-                   interval: float = 0.1) -> Any:
+    def wait_ready(self, ready: Callable[[], Any] | str, *, timeout: float, interval: float = 0.1) -> Any:
         """Block until the process is ready and return what said so: the first truthy result
         of ``ready()``, tried every ``interval`` seconds, or, when ``ready`` is an endpoint
         string (as :func:`agentgym.http.http_client` takes), the 200 answer of its
@@ -215,25 +238,24 @@ class ManagedProcess:
             def running_and_ready() -> Any:
                 self._check_running()
                 return probe()
+
             try:
-                return wait_until(running_and_ready, timeout=timeout, interval=interval,
-                                  expired=self._timed_out(timeout))
+                return wait_until(
+                    running_and_ready, timeout=timeout, interval=interval, expired=self._timed_out(timeout)
+                )
             except BaseException:
                 self.stop()
                 raise
 
     @overload
-    async def await_ready(self, ready: str, *, timeout: float,
-                          interval: float = ...) -> httpx.Response:
-        ...
+    async def await_ready(self, ready: str, *, timeout: float, interval: float = ...) -> httpx.Response: ...
 
     @overload
-    async def await_ready(self, ready: Callable[[], T], *, timeout: float,
-                          interval: float = ...) -> T:
-        ...
+    async def await_ready(self, ready: Callable[[], T], *, timeout: float, interval: float = ...) -> T: ...
 
-    async def await_ready(self, ready: Callable[[], Any] | str, *, timeout: float,
-                          interval: float = 0.1) -> Any:
+    async def await_ready(
+        self, ready: Callable[[], Any] | str, *, timeout: float, interval: float = 0.1
+    ) -> Any:
         """:meth:`wait_ready` without blocking the event loop (each ``ready()`` runs in a
         worker thread); cancelling it stops the process too."""
         with contextlib.ExitStack() as stack:
@@ -297,8 +319,7 @@ class ManagedProcess:
         member of the group runs (or ``grace`` more seconds passed after SIGKILL). Idempotent;
         returns the child's exit status (``-15`` after it exited on SIGTERM; ``None`` if it was
         never started)."""
-        return self._end((signal.SIGTERM, signal.SIGKILL),
-                         self.stop_timeout if grace is None else grace)
+        return self._end((signal.SIGTERM, signal.SIGKILL), self.stop_timeout if grace is None else grace)
 
     def kill(self) -> int | None:
         """:meth:`stop` without the graceful part: SIGKILL the process group at once."""

@@ -37,10 +37,16 @@ class PrompterProtocol(Protocol):
 
     def system(self, instruction: str) -> str: ...
 
-    def messages(self, system: str, past: Sequence[tuple[str, str]], observation: str,
-                 admissible: Sequence[str] | None = None) -> list[dict[str, str]]: ...
+    def messages(
+        self,
+        system: str,
+        past: Sequence[tuple[str, str]],
+        observation: str,
+        admissible: Sequence[str] | None = None,
+    ) -> list[dict[str, str]]: ...
 
     def parse(self, response: str, admissible: Sequence[str] | None = None) -> str | None: ...
+
 
 _FORMAT = (
     "Think briefly if you need to, then give exactly one action inside "
@@ -74,8 +80,9 @@ class Prompter:
             raise ValueError(f"history must be >= 0 or None, got {self.history}")
         examples = tuple(tuple(pair) for pair in self.examples)
         if not all(len(pair) == 2 and all(isinstance(x, str) for x in pair) for pair in examples):
-            raise ValueError(f"examples must be (observation, response) pairs of strings, "
-                             f"got {self.examples!r:.120}")
+            raise ValueError(
+                f"examples must be (observation, response) pairs of strings, got {self.examples!r:.120}"
+            )
         object.__setattr__(self, "examples", examples)
         if self.action_tag is None:
             object.__setattr__(self, "action_tag", self._family.action_tag)
@@ -96,8 +103,11 @@ class Prompter:
             text = self.system_prompt
         else:
             family = self._family
-            form = (_FORMAT.format(tag=self.action_tag, example=family.example) if self.action_tag
-                    else family.response_format)
+            form = (
+                _FORMAT.format(tag=self.action_tag, example=family.example)
+                if self.action_tag
+                else family.response_format
+            )
             text = f"{family.role}\n{form}"
         return text + (f"\n\nYour task: {instruction}" if instruction else "")
 
@@ -116,7 +126,7 @@ class Prompter:
         """Chat for the next decision. ``system`` is :meth:`system` of the episode's instruction
         (computed once per episode); ``past`` holds (observation, response) of earlier turns,
         oldest first, of which only the last ``history`` are kept."""
-        kept = past if self.history is None else past[max(0, len(past) - self.history):]
+        kept = past if self.history is None else past[max(0, len(past) - self.history) :]
         messages = [{"role": "system", "content": system}]
         for obs, response in (*self.examples, *kept):
             messages += [{"role": "user", "content": obs}, {"role": "assistant", "content": response}]

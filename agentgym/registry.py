@@ -108,8 +108,7 @@ class FamilyPrompt:
 
 
 #: The prompt of a family whose envs declare none.
-DEFAULT_PROMPT = FamilyPrompt("You are an agent that solves tasks step by step in a text "
-                              "environment.")
+DEFAULT_PROMPT = FamilyPrompt("You are an agent that solves tasks step by step in a text environment.")
 
 
 @dataclass(frozen=True)
@@ -193,11 +192,13 @@ def register_multiagent(
     multi-agent kinds, and ``manifest``, when given, replaces the other fields. ``kwargs`` are
     default factory kwargs, overridable at ``make_aec``/``make_parallel``.
     """
-    entry_points = {kind: ep for kind, ep in (("aec", aec_entry_point),
-                                              ("parallel", parallel_entry_point)) if ep is not None}
+    entry_points = {
+        kind: ep
+        for kind, ep in (("aec", aec_entry_point), ("parallel", parallel_entry_point))
+        if ep is not None
+    }
     if not entry_points:
-        raise TypeError(f"register_multiagent({id!r}): give aec_entry_point, "
-                        "parallel_entry_point or both")
+        raise TypeError(f"register_multiagent({id!r}): give aec_entry_point, parallel_entry_point or both")
     for entry_point in entry_points.values():
         _check_entry_point("register_multiagent", id, entry_point)
     _multiagent[id] = {**_multiagent.get(id, {}), **entry_points}
@@ -218,10 +219,13 @@ def _store_manifest(id: str, given: EnvManifest | None, kinds: tuple[str, ...]) 
     previous = _manifests.get(id)
     base = given or previous or EnvManifest()
     known = set(kinds) | set(previous.kinds if previous else ())
-    _manifests[id] = replace(base, extras=tuple(base.extras),
-                             client_kwargs=dict(base.client_kwargs),
-                             plugin=base.plugin or _current_plugin,
-                             kinds=tuple(k for k in KINDS if k in known))
+    _manifests[id] = replace(
+        base,
+        extras=tuple(base.extras),
+        client_kwargs=dict(base.client_kwargs),
+        plugin=base.plugin or _current_plugin,
+        kinds=tuple(k for k in KINDS if k in known),
+    )
 
 
 @contextlib.contextmanager
@@ -277,12 +281,13 @@ def list_envs() -> dict[str, EnvManifest]:
 def family_prompt(family: str) -> FamilyPrompt:
     """The prompt of ``family``: the first of its registered envs (by id) that declares one,
     else :data:`DEFAULT_PROMPT`."""
-    return next((m.prompt for m in list_envs().values()
-                 if m.family == family and m.prompt is not None), DEFAULT_PROMPT)
+    return next(
+        (m.prompt for m in list_envs().values() if m.family == family and m.prompt is not None),
+        DEFAULT_PROMPT,
+    )
 
 
-def _unknown(env_id: str, known: list[str] | None = None, what: str = "environment"
-             ) -> UnknownEnvError:
+def _unknown(env_id: str, known: list[str] | None = None, what: str = "environment") -> UnknownEnvError:
     known = list(gym.registry) + list(_multiagent) if known is None else known
     lowered = {k.lower(): k for k in known}
     close = difflib.get_close_matches(env_id.lower(), list(lowered), n=3, cutoff=0.6)
@@ -337,8 +342,9 @@ def make(env_id: str, **kwargs: Any) -> gym.Env:
     env itself. The env runs in this process; :func:`agentgym.make` also places it in a sandbox.
     """
     require_single(env_id)
-    _check_kwargs(env_id, gym.spec(env_id).entry_point,
-                  {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY})
+    _check_kwargs(
+        env_id, gym.spec(env_id).entry_point, {k: v for k, v in kwargs.items() if k not in _MAKE_ONLY}
+    )
     return gym.make(env_id, **kwargs)
 
 
@@ -347,8 +353,9 @@ def require_single(env_id: str) -> None:
     multi-agent-only id) unless ``env_id`` is a registered Gymnasium id."""
     if env_id not in gym.registry:
         if env_id in _multiagent:
-            raise UnknownEnvError(f"{env_id!r} is a multi-agent environment only: make it with "
-                                  "make_aec or make_parallel")
+            raise UnknownEnvError(
+                f"{env_id!r} is a multi-agent environment only: make it with make_aec or make_parallel"
+            )
         raise _unknown(env_id)
 
 
@@ -367,8 +374,10 @@ def make_parallel(env_id: str, **kwargs: Any) -> Any:
 def _make_multiagent(env_id: str, kind: str, kwargs: dict[str, Any]) -> Any:
     entry_point = _multiagent.get(env_id, {}).get(kind)
     if entry_point is None:
-        raise _unknown(env_id, [i for i, eps in _multiagent.items() if kind in eps],
-                       f"{'AEC' if kind == 'aec' else 'parallel'} environment")
+        raise _unknown(
+            env_id,
+            [i for i, eps in _multiagent.items() if kind in eps],
+            f"{'AEC' if kind == 'aec' else 'parallel'} environment",
+        )
     _check_kwargs(env_id, entry_point, kwargs)
     return load_entry_point(entry_point)(**{**_multiagent_kwargs[env_id], **kwargs})
-

@@ -47,8 +47,17 @@ if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
     from agentgym.sandbox.spec import Backend
 
-__all__ = ["EnvPool", "RequestBatcher", "Task", "Timeouts", "acollect", "collect", "group_id",
-           "progress_bar", "request_seed"]
+__all__ = [
+    "EnvPool",
+    "RequestBatcher",
+    "Task",
+    "Timeouts",
+    "acollect",
+    "collect",
+    "group_id",
+    "progress_bar",
+    "request_seed",
+]
 
 EnvFactory = Callable[[], gym.Env]
 AsyncEnvFactory = Callable[[], Awaitable[gym.Env]]
@@ -86,8 +95,13 @@ class RequestBatcher:
     has its own call and its own timeout.
     """
 
-    def __init__(self, policy: Policy, max_batch: int | None = None, max_inflight: int | None = None,
-                 timeout: float | None = None):
+    def __init__(
+        self,
+        policy: Policy,
+        max_batch: int | None = None,
+        max_inflight: int | None = None,
+        timeout: float | None = None,
+    ):
         self.policy = policy
         self.timeout = timeout
         self.max_batch = max_batch
@@ -140,14 +154,14 @@ class RequestBatcher:
     async def _run(self, batch: list[tuple[GenerationRequest, asyncio.Future[Generation]]]) -> None:
         try:
             try:
-                results: list[Generation | BaseException] = list(
-                    await self._generate([r for r, _ in batch]))
+                results: list[Generation | BaseException] = list(await self._generate([r for r, _ in batch]))
             except Exception:
                 if len(batch) == 1:
                     raise
                 # One bad request must not fail its batch-mates: retry each alone.
-                singles = await asyncio.gather(*(self._generate([r]) for r, _ in batch),
-                                               return_exceptions=True)
+                singles = await asyncio.gather(
+                    *(self._generate([r]) for r, _ in batch), return_exceptions=True
+                )
                 results = [s if isinstance(s, BaseException) else s[0] for s in singles]
         except Exception as exc:
             results = [exc]
@@ -171,8 +185,7 @@ class EnvPool:
     and idle envs that ``usable`` rejects when they would be reused (their sandbox died
     meanwhile), are closed instead. An env is anything with ``close()`` or ``aclose()``."""
 
-    def __init__(self, factory: Callable[[], Awaitable[Any]],
-                 usable: Callable[[Any], bool] | None = None):
+    def __init__(self, factory: Callable[[], Awaitable[Any]], usable: Callable[[Any], bool] | None = None):
         self.factory = factory
         self.usable = usable
         self.idle: list[Any] = []
@@ -276,16 +289,21 @@ class _Run:
 
 async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Episode:
     episode = Episode(
-        episode_id=f"{group_id}#{member}", env_id=run.env_id, task_id=task.task_id or "",
-        group_id=group_id, seed=task.seed, tags=dict(run.tags),
+        episode_id=f"{group_id}#{member}",
+        env_id=run.env_id,
+        task_id=task.task_id or "",
+        group_id=group_id,
+        seed=task.seed,
+        tags=dict(run.tags),
     )
     started = time.perf_counter()
     env, healthy, phase = None, True, "env creation"
     try:
         env = await run.pool.acquire()
         areset, astep, interruptible = _async_api(env)
-        reset_timeout, step_timeout = ((run.timeouts.reset, run.timeouts.step) if interruptible
-                                       else (None, None))
+        reset_timeout, step_timeout = (
+            (run.timeouts.reset, run.timeouts.step) if interruptible else (None, None)
+        )
         phase = "reset"
         options = {"task_id": task.task_id} if task.task_id is not None else None
         obs, info = await _bounded(areset(seed=task.seed, options=options), reset_timeout)
@@ -299,8 +317,10 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             phase = "generate"
             request = GenerationRequest(
                 messages=run.prompter.messages(system, past, obs, info.get("admissible_actions")),
-                sampling=run.sampling, seed=request_seed(task.seed, member, turn_index),
-                observation=obs, info=info,
+                sampling=run.sampling,
+                seed=request_seed(task.seed, member, turn_index),
+                observation=obs,
+                info=info,
             )
             start = time.perf_counter()
             generation = await run.batcher.submit(request)
@@ -308,17 +328,25 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             action = run.prompter.parse(generation.text, info.get("admissible_actions"))
             phase = "step"
             next_obs, reward, terminated, truncated, next_info = await _bounded(
-                astep(action or ""), step_timeout)
-            episode.turns.append(Turn(
-                observation=obs, action=action or "",
-                action_valid=action is not None and bool(next_info.get("action_valid", True)),
-                reward=float(reward), state_key=info.get("state_key"),
-                response_text=generation.text, prompt_ids=generation.prompt_ids,
-                response_ids=generation.response_ids, response_logprobs=generation.logprobs,
-                finish_reason=generation.finish_reason, policy_version=generation.policy_version,
-                info=next_info,
-                timings={"generate": generated - start, "step": time.perf_counter() - generated},
-            ))
+                astep(action or ""), step_timeout
+            )
+            episode.turns.append(
+                Turn(
+                    observation=obs,
+                    action=action or "",
+                    action_valid=action is not None and bool(next_info.get("action_valid", True)),
+                    reward=float(reward),
+                    state_key=info.get("state_key"),
+                    response_text=generation.text,
+                    prompt_ids=generation.prompt_ids,
+                    response_ids=generation.response_ids,
+                    response_logprobs=generation.logprobs,
+                    finish_reason=generation.finish_reason,
+                    policy_version=generation.policy_version,
+                    info=next_info,
+                    timings={"generate": generated - start, "step": time.perf_counter() - generated},
+                )
+            )
             if run.on_turn is not None:
                 run.on_turn(episode.turns[-1])
             past.append((obs, generation.text))
@@ -362,8 +390,12 @@ def progress_bar(description: str, total: int, enabled: bool) -> tuple[Progress,
     bar when not ``enabled``); use it as a context manager. It draws on stderr: stdout is for
     results."""
     bar = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"), TimeElapsedColumn(), disable=not enabled,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        disable=not enabled,
         console=Console(stderr=True),
     )
     return bar, bar.add_task(description, total=total, status="")
@@ -453,18 +485,20 @@ async def acollect(
             evaluation already has); the result holds only the episodes run.
     """
     if group_size < 1 or max_turns < 1 or concurrency < 1 or retries < 0:
-        raise ValueError(f"group_size, max_turns and concurrency must be >= 1 and retries >= 0, "
-                         f"got {group_size}, {max_turns}, {concurrency}, {retries}")
+        raise ValueError(
+            f"group_size, max_turns and concurrency must be >= 1 and retries >= 0, "
+            f"got {group_size}, {max_turns}, {concurrency}, {retries}"
+        )
     if sandbox is not None and not isinstance(env, str):
-        raise ValueError("sandbox= needs an env id, not a factory: the env is made inside the "
-                         "sandbox")
+        raise ValueError("sandbox= needs an env id, not a factory: the env is made inside the sandbox")
     tasks = list(tasks)
     env_id = env if isinstance(env, str) else getattr(env, "env_id", getattr(env, "__name__", "env"))
     slots = asyncio.Semaphore(concurrency)
     units = [(t, m) for t in tasks for m in range(group_size) if skip is None or not skip(t, m)]
     servers, own_servers = _server_pool(sandbox)
-    pool = EnvPool(_env_factory(env, env_kwargs or {}, servers),
-                   servers.usable if servers is not None else None)
+    pool = EnvPool(
+        _env_factory(env, env_kwargs or {}, servers), servers.usable if servers is not None else None
+    )
     if prompter is None:
         prompter = Prompter(family=await _family(env, pool) if units else "misc")
     bar, bar_id = progress_bar(env_id, len(units), progress)
@@ -472,11 +506,18 @@ async def acollect(
     run = _Run(
         env_id=env_id,
         pool=pool,
-        batcher=RequestBatcher(policy, getattr(policy, "max_batch_size", None),
-                               getattr(policy, "max_concurrent_batches", None),
-                               (timeouts or Timeouts()).generate),
-        prompter=prompter, sampling=sampling or SamplingParams(), max_turns=max_turns,
-        timeouts=timeouts or Timeouts(), retries=retries, tags=dict(tags or {}),
+        batcher=RequestBatcher(
+            policy,
+            getattr(policy, "max_batch_size", None),
+            getattr(policy, "max_concurrent_batches", None),
+            (timeouts or Timeouts()).generate,
+        ),
+        prompter=prompter,
+        sampling=sampling or SamplingParams(),
+        max_turns=max_turns,
+        timeouts=timeouts or Timeouts(),
+        retries=retries,
+        tags=dict(tags or {}),
         on_turn=shown.turn if progress else None,
     )
 
@@ -515,19 +556,24 @@ async def _family(env: str | EnvFactory, pool: EnvPool) -> str:
     return getattr(made.unwrapped, "family", "misc")
 
 
-def _env_factory(env: str | EnvFactory, kwargs: dict[str, Any],
-                 servers: EnvServerPool | None) -> AsyncEnvFactory:
+def _env_factory(
+    env: str | EnvFactory, kwargs: dict[str, Any], servers: EnvServerPool | None
+) -> AsyncEnvFactory:
     """How :func:`acollect` makes an env: the caller's factory, ``make`` in this process, or a
     session on a sandboxed env server."""
     if not isinstance(env, str):
+
         async def call() -> gym.Env:
             return env()
     elif servers is None:
+
         async def call() -> gym.Env:
             return make(env, **kwargs)
     else:
+
         async def call() -> gym.Env:
             return await servers.amake(env, kwargs)
+
     return call
 
 

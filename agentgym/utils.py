@@ -32,9 +32,15 @@ class EnvContractError(AssertionError):
     """An env breaks the TextEnv contract; the message lists every check that failed."""
 
 
-def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0, 1),
-                   steps: int = 6, same_observations: bool = True, across_instances: bool = True,
-                   make_env: Callable[[], gym.Env[Any, Any]] | None = None) -> None:
+def check_text_env(
+    env: str | gym.Env[Any, Any],
+    *,
+    seeds: tuple[int, ...] = (0, 1),
+    steps: int = 6,
+    same_observations: bool = True,
+    across_instances: bool = True,
+    make_env: Callable[[], gym.Env[Any, Any]] | None = None,
+) -> None:
     """Check that ``env`` (a registered id, or an instance) keeps the TextEnv contract
     (:class:`~agentgym.env.TextEnv`): Gymnasium's own checker; the ``info`` keys (``task_id``
     and ``instruction`` on every call, ``action_valid`` and ``success`` on every step,
@@ -62,13 +68,15 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
     """
     owned = isinstance(env, str)
     instance = make(env) if isinstance(env, str) else env
-    second = ((lambda: make(env)) if isinstance(env, str) else make_env) if across_instances \
-        else None
+    second = ((lambda: make(env)) if isinstance(env, str) else make_env) if across_instances else None
     problems: list[str] = []
     if isinstance(env, str) and (said := manifest(env).family) != (
-            own := getattr(instance.unwrapped, "family", None)):
-        problems.append(f"the manifest's family {said!r} is not the env class's {own!r} (prompts "
-                        "and reports would depend on how the env was named)")
+        own := getattr(instance.unwrapped, "family", None)
+    ):
+        problems.append(
+            f"the manifest's family {said!r} is not the env class's {own!r} (prompts "
+            "and reports would depend on how the env was named)"
+        )
     try:
         _check(instance, second, problems, seeds, steps, same_observations)
     finally:
@@ -79,9 +87,14 @@ def check_text_env(env: str | gym.Env[Any, Any], *, seeds: tuple[int, ...] = (0,
         raise EnvContractError(f"{name} breaks the TextEnv contract:\n- " + "\n- ".join(problems))
 
 
-def _check(env: gym.Env[Any, Any], second: Callable[[], gym.Env[Any, Any]] | None,
-           problems: list[str], seeds: tuple[int, ...], steps: int,
-           same_observations: bool) -> None:
+def _check(
+    env: gym.Env[Any, Any],
+    second: Callable[[], gym.Env[Any, Any]] | None,
+    problems: list[str],
+    seeds: tuple[int, ...],
+    steps: int,
+    same_observations: bool,
+) -> None:
     core = env.unwrapped
     if not isinstance(core, TextEnv):
         problems.append(f"it is a {type(core).__name__}, not an agentgym.env.TextEnv")
@@ -92,14 +105,14 @@ def _check(env: gym.Env[Any, Any], second: Callable[[], gym.Env[Any, Any]] | Non
             check_env(core, skip_render_check=True)
         except Exception as exc:  # the checker's own verdict, reported with the others
             problems.append(f"gymnasium's check_env: {type(exc).__name__}: {exc}")
-    problems += [f"gymnasium's check_env warns: {w.message}" for w in caught
-                 if issubclass(w.category, UserWarning)]
+    problems += [
+        f"gymnasium's check_env warns: {w.message}" for w in caught if issubclass(w.category, UserWarning)
+    ]
     for seed in seeds:
         first = _play(env, seed, steps, problems)
         again = _play(env, seed, steps, problems)
         if _comparable(first, same_observations) != _comparable(again, same_observations):
-            problems.append(f"reset(seed={seed}) twice played differently: "
-                            f"{_difference(first, again)}")
+            problems.append(f"reset(seed={seed}) twice played differently: {_difference(first, again)}")
         if second is not None and seed == seeds[0]:
             other = second()
             try:
@@ -107,15 +120,21 @@ def _check(env: gym.Env[Any, Any], second: Callable[[], gym.Env[Any, Any]] | Non
             finally:
                 other.close()
             if _comparable(first, same_observations) != _comparable(elsewhere, same_observations):
-                problems.append(f"reset(seed={seed}) in a second instance played differently: "
-                                f"{_difference(first, elsewhere)}")
+                problems.append(
+                    f"reset(seed={seed}) in a second instance played differently: "
+                    f"{_difference(first, elsewhere)}"
+                )
         _, info = env.reset(seed=seed)
         task_id = info.get("task_id")
         obs_by_id, info_by_id = env.reset(seed=seed + 1000, options={"task_id": task_id})
-        if info_by_id.get("task_id") != task_id or info_by_id.get("state_key") != info.get(
-                "state_key") or (same_observations and obs_by_id != first[0][0]):
-            problems.append(f"reset(options={{'task_id': {task_id!r}}}) did not give the start "
-                            f"of reset(seed={seed})")
+        if (
+            info_by_id.get("task_id") != task_id
+            or info_by_id.get("state_key") != info.get("state_key")
+            or (same_observations and obs_by_id != first[0][0])
+        ):
+            problems.append(
+                f"reset(options={{'task_id': {task_id!r}}}) did not give the start of reset(seed={seed})"
+            )
     env.reset(seed=seeds[0])
     for action in BAD_ACTIONS:
         try:
@@ -126,8 +145,10 @@ def _check(env: gym.Env[Any, Any], second: Callable[[], gym.Env[Any, Any]] | Non
             continue
         _check_step(obs, reward, info, f"step({action[:20]!r})", problems)
         if info.get("action_valid") is not False:
-            problems.append(f"step({action[:20]!r}) was not answered as invalid (action_valid="
-                            f"{info.get('action_valid')!r})")
+            problems.append(
+                f"step({action[:20]!r}) was not answered as invalid (action_valid="
+                f"{info.get('action_valid')!r})"
+            )
         if terminated or truncated:
             env.reset(seed=seeds[0])
     for not_text in (1, b"look", None):
@@ -151,8 +172,9 @@ def _play(env: gym.Env[Any, Any], seed: int, steps: int, problems: list[str]) ->
         action = actions[int(rng.integers(len(actions)))]
         obs, reward, terminated, truncated, info = env.step(action)
         _check_step(obs, reward, info, f"step({action!r})", problems)
-        record.append((obs, float(reward), terminated, truncated, info.get("state_key"),
-                       info.get("action_valid")))
+        record.append(
+            (obs, float(reward), terminated, truncated, info.get("state_key"), info.get("action_valid"))
+        )
         if terminated or truncated:
             break
     return record
@@ -180,8 +202,10 @@ def _check_step(obs: Any, reward: Any, info: Any, call: str, problems: list[str]
             if not isinstance(info.get(key), (bool, np.bool_)):
                 problems.append(f"{call}: info[{key!r}] is {info.get(key)!r}, not a bool")
         if "error" in info:
-            problems.append(f"{call} set info['error'] ({info['error']!r}): that key is for "
-                            "infrastructure failures, never for an action")
+            problems.append(
+                f"{call} set info['error'] ({info['error']!r}): that key is for "
+                "infrastructure failures, never for an action"
+            )
 
 
 def _comparable(record: list[Any], same_observations: bool) -> list[Any]:

@@ -23,24 +23,43 @@ from agentgym.episode import Episode, Turn, TurnTable  # noqa: E402
 from agentgym.trainers.credit import gae, gigpo, grpo, igpo, spa  # noqa: E402
 
 
-def alfworld_batch(groups: int = 16, group_size: int = 8, max_turns: int = 50, seed: int = 0
-                   ) -> list[Episode]:
+def alfworld_batch(
+    groups: int = 16, group_size: int = 8, max_turns: int = 50, seed: int = 0
+) -> list[Episode]:
     """Episodes whose states are drawn from a small pool per group, so states repeat."""
     rng = np.random.default_rng(seed)
     episodes = []
     for g in range(groups):
-        pool = ["".join(rng.choice(list("abcdefghij klmnop,."), size=int(rng.integers(200, 2000))))
-                for _ in range(60)]
+        pool = [
+            "".join(rng.choice(list("abcdefghij klmnop,."), size=int(rng.integers(200, 2000))))
+            for _ in range(60)
+        ]
         for m in range(group_size):
             length = max_turns if rng.random() < 0.8 else int(rng.integers(5, max_turns))
             states = rng.integers(len(pool), size=length)
             success = bool(rng.random() < 0.5)
-            turns = [Turn(observation="", action="", action_valid=bool(rng.random() > 0.1),
-                          reward=10.0 if success and t == length - 1 else 0.0,
-                          state_key=pool[s]) for t, s in enumerate(states)]
-            episodes.append(Episode(episode_id=f"{g}-{m}", env_id="bench", task_id=str(g),
-                                    group_id=str(g), seed=g, turns=turns,
-                                    outcome=10.0 if success else 0.0, success=success))
+            turns = [
+                Turn(
+                    observation="",
+                    action="",
+                    action_valid=bool(rng.random() > 0.1),
+                    reward=10.0 if success and t == length - 1 else 0.0,
+                    state_key=pool[s],
+                )
+                for t, s in enumerate(states)
+            ]
+            episodes.append(
+                Episode(
+                    episode_id=f"{g}-{m}",
+                    env_id="bench",
+                    task_id=str(g),
+                    group_id=str(g),
+                    seed=g,
+                    turns=turns,
+                    outcome=10.0 if success else 0.0,
+                    success=success,
+                )
+            )
     return episodes
 
 
@@ -79,9 +98,11 @@ def main() -> None:
         ("SPA (GAE)", lambda: spa(table, contrib, values=values)),
         ("PPO GAE", lambda: gae(table, values)),
     ]
-    out = Table(title=f"Credit assignment: {table.num_groups} groups x "
-                      f"{table.num_episodes // table.num_groups} episodes, {rows:,} rows, "
-                      f"{repeated / rows:.0%} of turns revisit a state (median of {args.repeats})")
+    out = Table(
+        title=f"Credit assignment: {table.num_groups} groups x "
+        f"{table.num_episodes // table.num_groups} episodes, {rows:,} rows, "
+        f"{repeated / rows:.0%} of turns revisit a state (median of {args.repeats})"
+    )
     out.add_column("estimator")
     out.add_column("ms", justify="right")
     for name, fn in cases:

@@ -60,8 +60,15 @@ def main() -> None:
         table.add_column(col, justify="right")
     for env_id, kwargs in configs:
         r = measure(env_id, args.seconds, kwargs)
-        table.add_row(env_id, str(kwargs or "default"), f"{r['episodes']:,}", f"{r['steps']:,}",
-                      f"{r['steps_per_s']:,.0f}", f"{r['step_us']:.1f}", f"{r['reset_ms']:.2f}")
+        table.add_row(
+            env_id,
+            str(kwargs or "default"),
+            f"{r['episodes']:,}",
+            f"{r['steps']:,}",
+            f"{r['steps_per_s']:,.0f}",
+            f"{r['step_us']:.1f}",
+            f"{r['reset_ms']:.2f}",
+        )
     Console(width=140).print(table)
 
 

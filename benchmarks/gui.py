@@ -27,8 +27,12 @@ from agentgym.envs.gui.expert import expert_action
 from agentgym.policies.models import load_tokenizer
 
 console = Console()
-APPS = {"mousepad": "text", "galculator + mousepad": "calculator", "thunar": "files",
-        "libreoffice calc": "spreadsheet"}
+APPS = {
+    "mousepad": "text",
+    "galculator + mousepad": "calculator",
+    "thunar": "files",
+    "libreoffice calc": "spreadsheet",
+}
 
 
 def measure(tasks: str, episodes: int, tokenizer) -> dict[str, list[float]]:
@@ -69,19 +73,38 @@ def main() -> None:
     summary = {}
     for app, figures in results.items():
         reset, step = np.array(figures["reset"]) * 1e3, np.array(figures["step"]) * 1e3
-        row = {"reset_p50_ms": float(np.median(reset)), "step_p50_ms": float(np.median(step)),
-               "step_p99_ms": float(np.percentile(step, 99)), "steps": len(step),
-               "tree_tokens": float(np.median(figures["tokens"])),
-               "solved": float(np.mean(figures["solved"]))}
+        row = {
+            "reset_p50_ms": float(np.median(reset)),
+            "step_p50_ms": float(np.median(step)),
+            "step_p99_ms": float(np.percentile(step, 99)),
+            "steps": len(step),
+            "tree_tokens": float(np.median(figures["tokens"])),
+            "solved": float(np.mean(figures["solved"])),
+        }
         summary[app] = row
-        table.add_row(app, f"{row['reset_p50_ms']:.0f}", f"{row['step_p50_ms']:.0f}",
-                      f"{row['step_p99_ms']:.0f}", str(row["steps"]), f"{row['tree_tokens']:.0f}",
-                      f"{row['solved']:.0%}")
+        table.add_row(
+            app,
+            f"{row['reset_p50_ms']:.0f}",
+            f"{row['step_p50_ms']:.0f}",
+            f"{row['step_p99_ms']:.0f}",
+            str(row["steps"]),
+            f"{row['tree_tokens']:.0f}",
+            f"{row['solved']:.0%}",
+        )
     all_ms = every_step * 1e3
-    summary["all steps"] = {"step_p50_ms": float(np.median(all_ms)),
-                            "step_p99_ms": float(np.percentile(all_ms, 99))}
-    table.add_row("all steps", "", f"{np.median(all_ms):.0f}", f"{np.percentile(all_ms, 99):.0f}",
-                  str(len(all_ms)), "", "")
+    summary["all steps"] = {
+        "step_p50_ms": float(np.median(all_ms)),
+        "step_p99_ms": float(np.percentile(all_ms, 99)),
+    }
+    table.add_row(
+        "all steps",
+        "",
+        f"{np.median(all_ms):.0f}",
+        f"{np.percentile(all_ms, 99):.0f}",
+        str(len(all_ms)),
+        "",
+        "",
+    )
     console.print(table)
     print(json.dumps(summary))
 

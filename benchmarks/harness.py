@@ -27,12 +27,20 @@ from rich.table import Table
 from agentgym.harness.eval import compose_eval_config, run_eval
 
 
-def run(scale: int, concurrency: int, sandbox: str | None, sessions: int, out: Path
-        ) -> tuple[int, float]:
+def run(scale: int, concurrency: int, sandbox: str | None, sessions: int, out: Path) -> tuple[int, float]:
     """(episodes, seconds) of one scaled smoke run."""
-    cfg = compose_eval_config(["suite=smoke", "policy=scripted", f"concurrency={concurrency}",
-                               f"sandbox={sandbox or 'none'}", f"sandbox_sessions={sessions}",
-                               f"out_dir={out}", "progress=false", "report=false"])
+    cfg = compose_eval_config(
+        [
+            "suite=smoke",
+            "policy=scripted",
+            f"concurrency={concurrency}",
+            f"sandbox={sandbox or 'none'}",
+            f"sandbox_sessions={sessions}",
+            f"out_dir={out}",
+            "progress=false",
+            "report=false",
+        ]
+    )
     for entry in cfg.suite.entries:
         entry.tasks = entry.tasks * scale
     start = time.perf_counter()
@@ -49,24 +57,34 @@ def main() -> None:
     parser.add_argument("--backend", default="docker", choices=["docker", "local"])
     args = parser.parse_args()
     table = Table(title=f"smoke suite x{args.scale}, scripted policy: episodes/s")
-    for column in ("concurrency", "where", "sessions/sandbox", "episodes", "seconds", "episodes/s",
-                   "vs in-process"):
+    for column in (
+        "concurrency",
+        "where",
+        "sessions/sandbox",
+        "episodes",
+        "seconds",
+        "episodes/s",
+        "vs in-process",
+    ):
         table.add_column(column, justify="right")
-    rows = [(c, None, 16) for c in args.concurrency] + [(c, args.backend, 16)
-                                                        for c in args.concurrency]
+    rows = [(c, None, 16) for c in args.concurrency] + [(c, args.backend, 16) for c in args.concurrency]
     rows.append((max(args.concurrency), args.backend, 1))
     baseline: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="agentgym-bench-harness-") as tmp:
         for index, (concurrency, sandbox, sessions) in enumerate(rows):
-            episodes, seconds = run(args.scale, concurrency, sandbox, sessions,
-                                    Path(tmp) / f"run{index}")
+            episodes, seconds = run(args.scale, concurrency, sandbox, sessions, Path(tmp) / f"run{index}")
             rate = episodes / seconds
             if sandbox is None:
                 baseline[concurrency] = rate
-            table.add_row(str(concurrency), sandbox or "in-process",
-                          "-" if sandbox is None else str(sessions), str(episodes),
-                          f"{seconds:.2f}", f"{rate:.1f}",
-                          f"{rate / baseline[concurrency]:.0%}" if concurrency in baseline else "-")
+            table.add_row(
+                str(concurrency),
+                sandbox or "in-process",
+                "-" if sandbox is None else str(sessions),
+                str(episodes),
+                f"{seconds:.2f}",
+                f"{rate:.1f}",
+                f"{rate / baseline[concurrency]:.0%}" if concurrency in baseline else "-",
+            )
     Console(width=120).print(table)
 
 

@@ -45,12 +45,11 @@ def main() -> None:
     args = parser.parse_args()
 
     world = generate_world(args.seed)
-    queries = [q for question in world.questions for q in question.hop_queries][:args.queries]
+    queries = [q for question in world.questions for q in question.hop_queries][: args.queries]
     t0 = time.perf_counter()
     passages = list(iter_passages(args.seed, args.passages))
     generate_s = time.perf_counter() - t0
-    console.print(f"{len(passages):,} passages generated in {generate_s:.1f} s; "
-                  f"{len(queries)} queries")
+    console.print(f"{len(passages):,} passages generated in {generate_s:.1f} s; {len(queries)} queries")
 
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -65,7 +64,7 @@ def main() -> None:
         ours_single_qps = len(queries) / (time.perf_counter() - t0)
         t0 = time.perf_counter()
         for i in range(0, len(queries), 64):
-            index.search(queries[i:i + 64], k=10)
+            index.search(queries[i : i + 64], k=10)
         ours_batch_qps = len(queries) / (time.perf_counter() - t0)
 
         from rank_bm25 import BM25Okapi
@@ -78,28 +77,37 @@ def main() -> None:
         base_build = time.perf_counter() - t0
         del tokens
         gc.collect()
-        sample = queries[:args.baseline_queries]
+        sample = queries[: args.baseline_queries]
         sample_tokens = tokenize(sample, return_ids=False)
         t0 = time.perf_counter()
-        base_top = [np.argsort(-baseline.get_scores(toks), kind="stable")[:10]
-                    for toks in track(sample_tokens, description="rank-bm25 queries",
-                                      console=console)]
+        base_top = [
+            np.argsort(-baseline.get_scores(toks), kind="stable")[:10]
+            for toks in track(sample_tokens, description="rank-bm25 queries", console=console)
+        ]
         base_qps = len(sample) / (time.perf_counter() - t0)
-        overlap = np.mean([
-            len({index.passage(int(i)).id for i in top} & {h.id for h in ours}) / 10
-            for top, ours in zip(base_top, ours_single)])
+        overlap = np.mean(
+            [
+                len({index.passage(int(i)).id for i in top} & {h.id for h in ours}) / 10
+                for top, ours in zip(base_top, ours_single)
+            ]
+        )
 
     table = Table(title=f"BM25 on {args.passages:,} generated passages (one run)")
     for col in ("retriever", "index build (s)", "queries/s", "vs rank-bm25"):
         table.add_column(col, justify="right" if col != "retriever" else "left")
     table.add_row("rank-bm25 (BM25Okapi)", f"{base_build:.1f}", f"{base_qps:.2f}", "1.0x")
-    table.add_row("ours, one query per call", f"{ours_build:.1f}", f"{ours_single_qps:.1f}",
-                  f"{ours_single_qps / base_qps:.0f}x")
-    table.add_row("ours, batches of 64", "", f"{ours_batch_qps:.1f}",
-                  f"{ours_batch_qps / base_qps:.0f}x")
+    table.add_row(
+        "ours, one query per call",
+        f"{ours_build:.1f}",
+        f"{ours_single_qps:.1f}",
+        f"{ours_single_qps / base_qps:.0f}x",
+    )
+    table.add_row("ours, batches of 64", "", f"{ours_batch_qps:.1f}", f"{ours_batch_qps / base_qps:.0f}x")
     console.print(table)
-    console.print(f"index load (memory-mapped): {load_s:.2f} s; top-10 overlap with rank-bm25 "
-                  f"over {len(sample)} queries: {overlap:.1%}")
+    console.print(
+        f"index load (memory-mapped): {load_s:.2f} s; top-10 overlap with rank-bm25 "
+        f"over {len(sample)} queries: {overlap:.1%}"
+    )
 
 
 if __name__ == "__main__":

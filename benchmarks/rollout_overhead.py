@@ -33,8 +33,9 @@ def plain_loop(episodes: int, max_turns: int) -> tuple[int, float]:
     for task in default_tasks(episodes):
         obs, info = env.reset(seed=task.seed)
         for turn in range(max_turns):
-            request = GenerationRequest(messages=[], observation=obs, info=info,
-                                        seed=request_seed(task.seed, 0, turn))
+            request = GenerationRequest(
+                messages=[], observation=obs, info=info, seed=request_seed(task.seed, 0, turn)
+            )
             obs, _, terminated, truncated, info = env.step(policy.choose(request))
             turns += 1
             if terminated or truncated:
@@ -44,8 +45,14 @@ def plain_loop(episodes: int, max_turns: int) -> tuple[int, float]:
 
 def engine(episodes: int, max_turns: int, concurrency: int) -> tuple[int, float]:
     start = time.perf_counter()
-    result = collect(ENV_ID, RandomPolicy(), default_tasks(episodes), max_turns=max_turns,
-                     concurrency=concurrency, progress=False)
+    result = collect(
+        ENV_ID,
+        RandomPolicy(),
+        default_tasks(episodes),
+        max_turns=max_turns,
+        concurrency=concurrency,
+        progress=False,
+    )
     elapsed = time.perf_counter() - start
     assert not any(e.error for e in result)
     return sum(e.num_turns for e in result), elapsed
@@ -59,16 +66,22 @@ def main() -> None:
     engine(64, args.max_turns, 8)  # warm-up: imports, first env
     rows = [("plain loop (ceiling)", *plain_loop(args.episodes, args.max_turns))]
     for concurrency in (1, 64, 512):
-        rows.append((f"collect, concurrency {concurrency}",
-                     *engine(args.episodes, args.max_turns, concurrency)))
+        rows.append(
+            (f"collect, concurrency {concurrency}", *engine(args.episodes, args.max_turns, concurrency))
+        )
     ceiling = rows[0][1] / rows[0][2]
-    table = Table(title=f"Rollout overhead: {ENV_ID}, {args.episodes} episodes, "
-                        f"zero-latency random policy")
+    table = Table(title=f"Rollout overhead: {ENV_ID}, {args.episodes} episodes, zero-latency random policy")
     for col in ("runner", "turns", "seconds", "episodes/s", "turns/s", "vs plain loop"):
         table.add_column(col, justify="right")
     for name, turns, seconds in rows:
-        table.add_row(name, f"{turns:,}", f"{seconds:.2f}", f"{args.episodes / seconds:,.0f}",
-                      f"{turns / seconds:,.0f}", f"{turns / seconds / ceiling:.0%}")
+        table.add_row(
+            name,
+            f"{turns:,}",
+            f"{seconds:.2f}",
+            f"{args.episodes / seconds:,.0f}",
+            f"{turns / seconds:,.0f}",
+            f"{turns / seconds / ceiling:.0%}",
+        )
     Console(width=140).print(table)
 
 

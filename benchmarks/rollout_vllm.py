@@ -33,13 +33,20 @@ from agentgym.rollout import acollect, default_tasks, request_seed
 COLLECT, RAW = "collect + VLLMPolicy", "raw /v1/completions"
 
 
-async def run_collect(policy: VLLMPolicy, args: argparse.Namespace, sampling: SamplingParams,
-                      episodes: int) -> tuple[list[Episode], float]:
+async def run_collect(
+    policy: VLLMPolicy, args: argparse.Namespace, sampling: SamplingParams, episodes: int
+) -> tuple[list[Episode], float]:
     """The episodes and the wall time (s) of one `acollect`."""
     start = time.perf_counter()
-    result = await acollect(args.env, policy, default_tasks(episodes), progress=False,
-                            max_turns=args.max_turns, concurrency=args.concurrency,
-                            sampling=sampling)
+    result = await acollect(
+        args.env,
+        policy,
+        default_tasks(episodes),
+        progress=False,
+        max_turns=args.max_turns,
+        concurrency=args.concurrency,
+        sampling=sampling,
+    )
     elapsed = time.perf_counter() - start
     errors = [e.error for e in result if e.error]
     if errors:
@@ -47,24 +54,29 @@ async def run_collect(policy: VLLMPolicy, args: argparse.Namespace, sampling: Sa
     return result, elapsed
 
 
-def replay_bodies(policy: VLLMPolicy, episodes: list[Episode], sampling: SamplingParams,
-                  model: str) -> list[dict[str, Any]]:
+def replay_bodies(
+    policy: VLLMPolicy, episodes: list[Episode], sampling: SamplingParams, model: str
+) -> list[dict[str, Any]]:
     """The completion payloads of every turn of ``episodes``, turn-major (as they first arose)."""
     calls = [(turn, i, e, t) for i, e in enumerate(episodes) for turn, t in enumerate(e.turns)]
     calls.sort(key=lambda c: c[:2])
-    return [policy.completion_body(
-        t.prompt_ids, GenerationRequest(messages=[], sampling=sampling,
-                                        seed=request_seed(e.seed, 0, turn)), model)
-            for turn, _, e, t in calls]
+    return [
+        policy.completion_body(
+            t.prompt_ids,
+            GenerationRequest(messages=[], sampling=sampling, seed=request_seed(e.seed, 0, turn)),
+            model,
+        )
+        for turn, _, e, t in calls
+    ]
 
 
-async def run_raw(base_url: str, bodies: list[dict[str, Any]],
-                  concurrency: int) -> tuple[int, float]:
+async def run_raw(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> tuple[int, float]:
     """Response tokens and wall time (s) of ``bodies`` posted by ``concurrency`` workers."""
     queue = list(reversed(bodies))
     tokens = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits) as client:
+
         async def worker() -> None:
             nonlocal tokens
             while queue:
@@ -96,8 +108,7 @@ async def measure(server: VLLMServer, args: argparse.Namespace) -> dict[str, lis
                 await reset_prefix_cache(server.base_url)
                 if runner == COLLECT:
                     episodes, seconds = await run_collect(policy, args, sampling, args.episodes)
-                    bodies = bodies or replay_bodies(policy, episodes, sampling,
-                                                     server.model_name)
+                    bodies = bodies or replay_bodies(policy, episodes, sampling, server.model_name)
                     turns = [t for e in episodes for t in e.turns]
                     row = (len(turns), sum(len(t.response_ids) for t in turns), seconds)
                 else:
@@ -118,25 +129,37 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--kv-cache", default="2G",
-                        help="server KV cache (the CPU default 512M holds ~11.6k tokens of "
-                             "SmolLM2: fewer than 32 agent prompts)")
+    parser.add_argument(
+        "--kv-cache",
+        default="2G",
+        help="server KV cache (the CPU default 512M holds ~11.6k tokens of "
+        "SmolLM2: fewer than 32 agent prompts)",
+    )
     args = parser.parse_args()
     start = time.perf_counter()
-    with VLLMServer(args.model, env={"VLLM_SERVER_DEV_MODE": "1"},
-                    extra_args=["--kv-cache-memory-bytes", args.kv_cache]) as server:
+    with VLLMServer(
+        args.model, env={"VLLM_SERVER_DEV_MODE": "1"}, extra_args=["--kv-cache-memory-bytes", args.kv_cache]
+    ) as server:
         startup_s = time.perf_counter() - start
         totals = asyncio.run(measure(server, args))
     raw_rate = totals[RAW][1] / totals[RAW][2]
-    table = Table(title=f"vLLM rollout throughput: {args.env}, {args.episodes} episodes x "
-                        f"<= {args.max_turns} turns, {args.concurrency} concurrent, "
-                        f"max_tokens {args.max_tokens}, {args.model}, KV cache {args.kv_cache}, "
-                        f"{args.rounds} rounds (server start {startup_s:.0f} s)")
+    table = Table(
+        title=f"vLLM rollout throughput: {args.env}, {args.episodes} episodes x "
+        f"<= {args.max_turns} turns, {args.concurrency} concurrent, "
+        f"max_tokens {args.max_tokens}, {args.model}, KV cache {args.kv_cache}, "
+        f"{args.rounds} rounds (server start {startup_s:.0f} s)"
+    )
     for col in ("runner", "requests", "response tokens", "seconds", "tokens/s", "vs raw"):
         table.add_column(col, justify="right")
     for name, (requests, tokens, seconds) in totals.items():
-        table.add_row(name, f"{requests:.0f}", f"{tokens:,.0f}", f"{seconds:.1f}",
-                      f"{tokens / seconds:,.1f}", f"{tokens / seconds / raw_rate:.0%}")
+        table.add_row(
+            name,
+            f"{requests:.0f}",
+            f"{tokens:,.0f}",
+            f"{seconds:.1f}",
+            f"{tokens / seconds:,.1f}",
+            f"{tokens / seconds / raw_rate:.0%}",
+        )
     Console(width=140).print(table)
 
 

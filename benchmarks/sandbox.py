@@ -97,20 +97,23 @@ def exec_round_trip(make: Callable[[], Sandbox], n: int) -> np.ndarray:
 
 def sandbox_rows(args: argparse.Namespace) -> Rows:
     rows: Rows = [
-        ("host", "subprocess.run(['true']) (reference)",
-         timed(lambda: subprocess.run(["true"], check=True), args.n)),
+        (
+            "host",
+            "subprocess.run(['true']) (reference)",
+            timed(lambda: subprocess.run(["true"], check=True), args.n),
+        ),
         ("local", "cold start -> first exec answers", cold_start(LocalSandbox, args.n)),
         ("local", "warm pool acquire", warm_acquire(SandboxSpec("local"), args.n)),
         ("local", "exec round trip", exec_round_trip(LocalSandbox, args.n)),
     ]
     if not args.no_docker:
+
         def docker() -> DockerSandbox:
             return DockerSandbox(args.image)
 
         rows += [
             ("docker", "cold start -> first exec answers", cold_start(docker, args.n)),
-            ("docker", "warm pool acquire",
-             warm_acquire(SandboxSpec("docker", args.image), args.n)),
+            ("docker", "warm pool acquire", warm_acquire(SandboxSpec("docker", args.image), args.n)),
             ("docker", "exec round trip", exec_round_trip(docker, args.n)),
         ]
     return rows
@@ -135,17 +138,18 @@ def step_latencies(env: Any, steps: int) -> np.ndarray:
 
 
 def step_rows(args: argparse.Namespace) -> Rows:
-    rows: Rows = [("in-process", "agentgym.make(id)",
-                   step_latencies(agentgym.make(ENV_ID), args.steps))]
+    rows: Rows = [("in-process", "agentgym.make(id)", step_latencies(agentgym.make(ENV_ID), args.steps))]
     with ServerProcess(use_uds=True) as server:
         env = RemoteEnv(server.url, ENV_ID, uds=server.uds)
-        rows.append(("local server, no sandbox", "RemoteEnv over a Unix socket",
-                     step_latencies(env, args.steps)))
+        rows.append(
+            ("local server, no sandbox", "RemoteEnv over a Unix socket", step_latencies(env, args.steps))
+        )
         env.close()
     for backend in ("local", *(() if args.no_docker else ("docker",))):
         env = agentgym.make(ENV_ID, sandbox=backend)
-        rows.append((f"{backend} sandbox", f"agentgym.make(id, sandbox={backend!r})",
-                     step_latencies(env, args.steps)))
+        rows.append(
+            (f"{backend} sandbox", f"agentgym.make(id, sandbox={backend!r})", step_latencies(env, args.steps))
+        )
         env.close()
     return rows
 
@@ -192,15 +196,12 @@ def session_make(backend: Backend, n: int) -> np.ndarray:
 
 
 def ready_rows(args: argparse.Namespace) -> Rows:
-    rows: Rows = [("in-process", "agentgym.make(id)",
-                   timed(lambda: agentgym.make(ENV_ID).close(), args.n))]
+    rows: Rows = [("in-process", "agentgym.make(id)", timed(lambda: agentgym.make(ENV_ID).close(), args.n))]
     for backend in ("local", *(() if args.no_docker else ("docker",))):
         rows += [
-            (backend, "make(id, sandbox=...) cold: new sandbox + server",
-             cold_make(backend, args.starts)),
+            (backend, "make(id, sandbox=...) cold: new sandbox + server", cold_make(backend, args.starts)),
             (backend, "make(id, sandbox=pool) warm server ready", warm_make(backend, args.starts)),
-            (backend, "make(id, sandbox=pool) on a server with room",
-             session_make(backend, args.n)),
+            (backend, "make(id, sandbox=pool) on a server with room", session_make(backend, args.n)),
         ]
     return rows
 
@@ -211,8 +212,15 @@ def ready_rows(args: argparse.Namespace) -> Rows:
 async def timed_collect(sandbox: EnvServerPool | None) -> tuple[float, np.ndarray]:
     """Wall seconds of a Sokoban collect (servers started on demand) and its step latencies."""
     t0 = time.perf_counter()
-    episodes = await acollect(ENV_ID, RandomPolicy(), default_tasks(64), max_turns=20,
-                              concurrency=16, progress=False, sandbox=sandbox)
+    episodes = await acollect(
+        ENV_ID,
+        RandomPolicy(),
+        default_tasks(64),
+        max_turns=20,
+        concurrency=16,
+        progress=False,
+        sandbox=sandbox,
+    )
     wall = time.perf_counter() - t0
     assert not any(e.error for e in episodes), [e.error for e in episodes if e.error][:3]
     return wall, np.array([t.timings["step"] for e in episodes for t in e.turns])
@@ -225,13 +233,14 @@ async def sandboxed_collect(backend: Backend, sessions: int) -> tuple[float, np.
 
 def sessions_table(backends: Sequence[Backend]) -> Table:
     table = Table(title="collect: 64 Sokoban episodes (<= 20 turns), 16 at once, RandomPolicy")
-    for col in ("backend", "sessions per server", "servers", "wall s", "step p50 ms",
-                "step p99 ms"):
+    for col in ("backend", "sessions per server", "servers", "wall s", "step p50 ms", "step p99 ms"):
         table.add_column(col, justify="right")
     runs = [("in-process", "-", "-", asyncio.run(timed_collect(None)))]
-    runs += [(backend, str(sessions), str(-(-16 // sessions)),
-              asyncio.run(sandboxed_collect(backend, sessions)))
-             for backend in backends for sessions in (1, 4, 16)]
+    runs += [
+        (backend, str(sessions), str(-(-16 // sessions)), asyncio.run(sandboxed_collect(backend, sessions)))
+        for backend in backends
+        for sessions in (1, 4, 16)
+    ]
     for backend, sessions, servers, (wall, steps) in runs:
         p50, p99 = np.percentile(steps, [50, 99]) * 1e3
         table.add_row(backend, sessions, servers, f"{wall:.2f}", f"{p50:.2f}", f"{p99:.2f}")
@@ -263,12 +272,25 @@ def main() -> None:
     args = parser.parse_args()
 
     console = Console(width=130)
-    console.print(latency_table(f"Sandboxes: time to ready and round trips ({args.n} runs each)",
-                                sandbox_rows(args), "host subprocess"))
-    console.print(latency_table(f"Sokoban step latency ({args.steps} sequential steps each)",
-                                step_rows(args), "in-process"))
-    console.print(latency_table(f"Time to a ready Sokoban env ({args.starts} cold/warm starts, "
-                                f"{args.n} sessions)", ready_rows(args), "in-process"))
+    console.print(
+        latency_table(
+            f"Sandboxes: time to ready and round trips ({args.n} runs each)",
+            sandbox_rows(args),
+            "host subprocess",
+        )
+    )
+    console.print(
+        latency_table(
+            f"Sokoban step latency ({args.steps} sequential steps each)", step_rows(args), "in-process"
+        )
+    )
+    console.print(
+        latency_table(
+            f"Time to a ready Sokoban env ({args.starts} cold/warm starts, {args.n} sessions)",
+            ready_rows(args),
+            "in-process",
+        )
+    )
     console.print(sessions_table(("local", *(() if args.no_docker else ("docker",)))))
 
 

@@ -60,8 +60,10 @@ def startup_seconds(runs: int) -> list[float]:
         with tempfile.TemporaryDirectory() as tmp:
             ready = Path(tmp) / "ready.json"
             start = time.perf_counter()
-            process = subprocess.Popen([sys.executable, "-m", "agentgym.server", "--port", "0",
-                                        "--ready-file", str(ready)], stdout=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "agentgym.server", "--port", "0", "--ready-file", str(ready)],
+                stdout=subprocess.DEVNULL,
+            )
             try:
                 while not ready.exists():
                     time.sleep(0.002)
@@ -90,9 +92,10 @@ class RawSession:
 
     async def request(self, method: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         body = json.dumps(payload).encode()
-        self.writer.write(b"%s %s HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-                          b"content-length: %d\r\n\r\n%s"
-                          % (method.encode(), path.encode(), len(body), body))
+        self.writer.write(
+            b"%s %s HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (method.encode(), path.encode(), len(body), body)
+        )
         head = await self.reader.readuntil(b"\r\n\r\n")
         length = int(head.lower().partition(b"content-length:")[2].partition(b"\r\n")[0])
         return json.loads(await self.reader.readexactly(length))
@@ -128,8 +131,7 @@ async def drive(envs: list[Any], seconds: float) -> tuple[list[float], float]:
         while time.perf_counter() < deadline:
             actions = info["admissible_actions"]
             start = time.perf_counter()
-            _, _, terminated, truncated, info = await env.astep(
-                actions[rng.integers(len(actions))])
+            _, _, terminated, truncated, info = await env.astep(actions[rng.integers(len(actions))])
             latencies.append(time.perf_counter() - start)
             if terminated or truncated:
                 episode += 1
@@ -137,8 +139,7 @@ async def drive(envs: list[Any], seconds: float) -> tuple[list[float], float]:
 
     start = time.perf_counter()
     deadline = start + seconds
-    await asyncio.gather(*(loop(i, env, info) for i, (env, (_, info)) in
-                           enumerate(zip(envs, starts))))
+    await asyncio.gather(*(loop(i, env, info) for i, (env, (_, info)) in enumerate(zip(envs, starts))))
     return latencies, time.perf_counter() - start
 
 
@@ -172,8 +173,7 @@ async def single_env_latency(url: str, steps: int) -> dict[str, tuple[float, flo
     """p50/p99 ms of sequential steps: in-process, RemoteEnv async, RemoteEnv sync."""
     remote = await RemoteEnv.acreate(url, ENV_ID)
     results = {
-        "in-process (astep, inline)": await sequential_latencies(
-            agentgym.make(ENV_ID).unwrapped, steps),
+        "in-process (astep, inline)": await sequential_latencies(agentgym.make(ENV_ID).unwrapped, steps),
         "local server, RemoteEnv async": await sequential_latencies(remote, steps),
     }
     await remote.aclose()
@@ -182,8 +182,7 @@ async def single_env_latency(url: str, steps: int) -> dict[str, tuple[float, flo
     return {name: percentiles_ms(latencies) for name, latencies in results.items()}
 
 
-async def concurrency(server: ServerProcess, sessions: int, client: str, seconds: float
-                      ) -> dict[str, float]:
+async def concurrency(server: ServerProcess, sessions: int, client: str, seconds: float) -> dict[str, float]:
     """Open ``sessions`` sessions with ``client`` ("remote" or "raw") and drive them."""
     slots = asyncio.Semaphore(64)  # opening thousands of connections at once only queues them
 
@@ -199,8 +198,13 @@ async def concurrency(server: ServerProcess, sessions: int, client: str, seconds
     server_cpu = (cpu_seconds(server.pid) - cpu_before) / wall
     await asyncio.gather(*(env.aclose() for env in envs))
     p50, p99 = percentiles_ms(latencies)
-    return {"steps": len(latencies), "steps_per_s": len(latencies) / wall, "p50": p50,
-            "p99": p99, "server_cpu": server_cpu}
+    return {
+        "steps": len(latencies),
+        "steps_per_s": len(latencies) / wall,
+        "p50": p50,
+        "p99": p99,
+        "server_cpu": server_cpu,
+    }
 
 
 def tool_call(tool: str, **arguments: Any) -> str:
@@ -249,16 +253,20 @@ def main() -> None:
         if "concurrency" in args.only:
             concurrency_table(console, server, args.sessions, args.seconds, cores)
         if "fairness" in args.only:
-            table = Table(title=f"{TOOLUSE}: `bash echo hi` round trips of one session while "
-                                "others sit in 10 s tool calls on the same server")
+            table = Table(
+                title=f"{TOOLUSE}: `bash echo hi` round trips of one session while "
+                "others sit in 10 s tool calls on the same server"
+            )
             for col in ("sessions in 10 s calls", "round trips", "p50 ms", "p99 ms"):
                 table.add_column(col, justify="right")
             for blocked in (0, 8):
                 p50, p99, count = asyncio.run(fairness(server.url, blocked, 10.0))
                 table.add_row(str(blocked), str(count), f"{p50:.1f}", f"{p99:.1f}")
             console.print(table)
-    console.print(f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; other processes "
-                  "on the machine share the cores too.")
+    console.print(
+        f"load average (1, 5, 15 min) at the end: {os.getloadavg()}; other processes "
+        "on the machine share the cores too."
+    )
 
 
 def startup_table(console: Console) -> None:
@@ -280,20 +288,28 @@ def latency_table(console: Console, server: ServerProcess, steps: int) -> None:
     console.print(table)
 
 
-def concurrency_table(console: Console, server: ServerProcess, counts: list[int], seconds: float,
-                      cores: int | None) -> None:
-    table = Table(title=f"{ENV_ID}: N sessions stepping random actions for {seconds:g} s "
-                        f"each (server and load generator share {cores} cores)")
-    for col in ("sessions", "client", "steps", "steps/s", "p50 ms", "p99 ms",
-                "server CPU", "p99 < 1 s"):
+def concurrency_table(
+    console: Console, server: ServerProcess, counts: list[int], seconds: float, cores: int | None
+) -> None:
+    table = Table(
+        title=f"{ENV_ID}: N sessions stepping random actions for {seconds:g} s "
+        f"each (server and load generator share {cores} cores)"
+    )
+    for col in ("sessions", "client", "steps", "steps/s", "p50 ms", "p99 ms", "server CPU", "p99 < 1 s"):
         table.add_column(col, justify="right")
     for sessions in counts:
         for client in ("remote", "raw"):
             r = asyncio.run(concurrency(server, sessions, client, seconds))
-            table.add_row(f"{sessions:,}", "RemoteEnv" if client == "remote" else "raw",
-                          f"{r['steps']:,}", f"{r['steps_per_s']:,.0f}", f"{r['p50']:.1f}",
-                          f"{r['p99']:.1f}", f"{r['server_cpu']:.0%}",
-                          "yes" if r["p99"] < 1000 else "no")
+            table.add_row(
+                f"{sessions:,}",
+                "RemoteEnv" if client == "remote" else "raw",
+                f"{r['steps']:,}",
+                f"{r['steps_per_s']:,.0f}",
+                f"{r['p50']:.1f}",
+                f"{r['p99']:.1f}",
+                f"{r['server_cpu']:.0%}",
+                "yes" if r["p99"] < 1000 else "no",
+            )
     console.print(table)
 
 

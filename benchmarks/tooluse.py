@@ -40,16 +40,21 @@ class MakeArgs(TypedDict, total=False):
     isolate: bool
 
 
-BACKENDS: dict[str, MakeArgs] = {"in-process": {}, "subprocess": {"isolate": False},
-                                 "local": {"sandbox": "local"}, "docker": {"sandbox": "docker"}}
+BACKENDS: dict[str, MakeArgs] = {
+    "in-process": {},
+    "subprocess": {"isolate": False},
+    "local": {"sandbox": "local"},
+    "docker": {"sandbox": "docker"},
+}
 
 
 def round_trips(backend: str, n: int) -> list[float]:
     env = agentgym.make("agentgym/ToolUse-v0", max_turns=50, **BACKENDS[backend])
     try:
         env.reset(seed=0)
-        call = "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "print(1)"}}) \
-            + "</tool_call>"
+        call = (
+            "<tool_call>" + json.dumps({"name": "python", "arguments": {"code": "print(1)"}}) + "</tool_call>"
+        )
         env.step(call)  # warm
         times = []
         for i in track(range(n), description=f"python calls ({backend})", console=console):
@@ -92,8 +97,12 @@ def main() -> None:
         table.add_column(column)
     for backend in args.backends:
         times = round_trips(backend, args.calls)
-        table.add_row(backend, str(len(times)), f"{1000 * np.percentile(times, 50):.1f}",
-                      f"{1000 * np.percentile(times, 99):.1f}")
+        table.add_row(
+            backend,
+            str(len(times)),
+            f"{1000 * np.percentile(times, 50):.1f}",
+            f"{1000 * np.percentile(times, 99):.1f}",
+        )
     console.print(table)
     rates = Table(title="Experts: whole episodes (reset, calls, graded answer)")
     for column in ("tasks", "episodes", "tasks/s", "solved"):

@@ -82,27 +82,29 @@ def main() -> None:
     browser = ShopBrowserEnv(split="test")
     try:
         browser.reset(options={"task_id": goals[-1].id})  # launch outside the timing
-        b_resets, b_steps, b_rewards = play(browser, goals[:args.episodes], "browser episodes")
+        b_resets, b_steps, b_rewards = play(browser, goals[: args.episodes], "browser episodes")
     finally:
         browser.close()
     text = ShopTextEnv(split="test")
-    t_resets, t_steps, t_rewards = play(text, goals[:args.episodes], "text episodes")
+    t_resets, t_steps, t_rewards = play(text, goals[: args.episodes], "text episodes")
     text.close()
     t0 = time.perf_counter()
-    one_rate, _ = asyncio.run(concurrent(goals[:args.concurrent_episodes // 4], 1))
-    many_rate, many_rewards = asyncio.run(
-        concurrent(goals[:args.concurrent_episodes], args.concurrent))
+    one_rate, _ = asyncio.run(concurrent(goals[: args.concurrent_episodes // 4], 1))
+    many_rate, many_rewards = asyncio.run(concurrent(goals[: args.concurrent_episodes], args.concurrent))
     console.print(f"(concurrency runs took {time.perf_counter() - t0:.1f} s)")
 
     table = Table(title="Web shop: latency in ms (expert on test tasks)")
     for column in ("mode", "what", "n", "p50", "p99", "mean reward"):
         table.add_column(column)
-    for mode, resets, steps, rewards in (("browser", b_resets, b_steps, b_rewards),
-                                         ("text", t_resets, t_steps, t_rewards)):
+    for mode, resets, steps, rewards in (
+        ("browser", b_resets, b_steps, b_rewards),
+        ("text", t_resets, t_steps, t_rewards),
+    ):
         all_steps = [s for _, s in steps]
         clicks = [s for verb, s in steps if verb == "click"]
-        table.add_row(mode, "step", str(len(all_steps)), ms(all_steps, 50), ms(all_steps, 99),
-                      f"{np.mean(rewards):.3f}")
+        table.add_row(
+            mode, "step", str(len(all_steps)), ms(all_steps, 50), ms(all_steps, 99), f"{np.mean(rewards):.3f}"
+        )
         table.add_row(mode, "click step", str(len(clicks)), ms(clicks, 50), ms(clicks, 99), "")
         table.add_row(mode, "reset", str(len(resets)), ms(resets, 50), ms(resets, 99), "")
     console.print(table)
@@ -110,8 +112,12 @@ def main() -> None:
     for column in ("episodes at once", "episodes/s", "speedup", "mean reward"):
         rates.add_column(column)
     rates.add_row("1", f"{one_rate:.2f}", "1.00x", "")
-    rates.add_row(str(args.concurrent), f"{many_rate:.2f}", f"{many_rate / one_rate:.2f}x",
-                  f"{np.mean(many_rewards):.3f}")
+    rates.add_row(
+        str(args.concurrent),
+        f"{many_rate:.2f}",
+        f"{many_rate / one_rate:.2f}x",
+        f"{np.mean(many_rewards):.3f}",
+    )
     console.print(rates)
 
 

@@ -39,8 +39,9 @@ def parallel_loop(games: int, preset: str) -> tuple[int, float]:
         _, infos = env.reset(seed=seed)
         while env.agents:
             rng = random.Random(steps)
-            *_, infos = env.step({a: decide(infos[a]["werewolf"], rng) for a in env.agents
-                                  if infos[a]["action_required"]})
+            *_, infos = env.step(
+                {a: decide(infos[a]["werewolf"], rng) for a in env.agents if infos[a]["action_required"]}
+            )
             steps += 1
     return steps, time.perf_counter() - start
 
@@ -53,8 +54,7 @@ def aec_loop(games: int, preset: str) -> tuple[int, float]:
         env.reset(seed=seed)
         for _ in env.agent_iter():
             _, _, terminated, truncated, info = env.last()
-            env.step(None if terminated or truncated
-                     else decide(info["werewolf"], random.Random(steps)))
+            env.step(None if terminated or truncated else decide(info["werewolf"], random.Random(steps)))
             steps += 1
     return steps, time.perf_counter() - start
 
@@ -81,6 +81,7 @@ class EnvClock:
             finally:
                 self.seconds += time.perf_counter() - start
                 self.steps += 1
+
         return call
 
 
@@ -103,17 +104,25 @@ def main() -> None:
     args = parser.parse_args()
     scripted = ScriptedPolicy(lambda obs, info: info["admissible_actions"][0])
     parallel_loop(5, args.preset)  # warm-up: imports, first games
-    rows = [("parallel env, bots (plain loop)", *parallel_loop(args.games, args.preset), None),
-            ("AEC env, bots (plain loop)", *aec_loop(args.games, args.preset), None),
-            ("collect, bots", *collected(args.games, args.preset, BotPolicy())),
-            ("collect, zero-latency scripted", *collected(args.games, args.preset, scripted))]
+    rows = [
+        ("parallel env, bots (plain loop)", *parallel_loop(args.games, args.preset), None),
+        ("AEC env, bots (plain loop)", *aec_loop(args.games, args.preset), None),
+        ("collect, bots", *collected(args.games, args.preset, BotPolicy())),
+        ("collect, zero-latency scripted", *collected(args.games, args.preset, scripted)),
+    ]
     table = Table(title=f"Werewolf ({args.preset}), {args.games} games per row")
     for col in ("runner", "steps", "seconds", "games/s", "ms/game", "steps/s", "engine share"):
         table.add_column(col, justify="right")
     for name, steps, seconds, engine in rows:
-        table.add_row(name, f"{steps:,}", f"{seconds:.2f}", f"{args.games / seconds:,.0f}",
-                      f"{1e3 * seconds / args.games:.2f}", f"{steps / seconds:,.0f}",
-                      "-" if engine is None else f"{engine / seconds:.0%}")
+        table.add_row(
+            name,
+            f"{steps:,}",
+            f"{seconds:.2f}",
+            f"{args.games / seconds:,.0f}",
+            f"{1e3 * seconds / args.games:.2f}",
+            f"{steps / seconds:,.0f}",
+            "-" if engine is None else f"{engine / seconds:.0%}",
+        )
     Console(width=140).print(table)
 
 

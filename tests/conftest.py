@@ -40,16 +40,25 @@ if WORKER is not None:
 
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.
-SANDBOX_FILES = frozenset({"test_sandbox.py", "test_sandbox_docker.py", "test_sandboxed_envs.py",
-                           "test_harness.py", "test_harness_image.py", "test_isolation.py"})
+SANDBOX_FILES = frozenset(
+    {
+        "test_sandbox.py",
+        "test_sandbox_docker.py",
+        "test_sandboxed_envs.py",
+        "test_harness.py",
+        "test_harness_image.py",
+        "test_isolation.py",
+    }
+)
 
 
 #: Test files that train the embedded model in-process: each keeps every core busy and takes a few
 #: GB at its peak, so two at once only share the cores (and the memory). They form one group,
 #: the longest, handed out first, while the other worker runs the tests that mostly wait
 #: (browsers, desktops, containers, servers).
-TRAINING_FILES = frozenset({"test_learning.py", "test_search_igpo.py", "test_train_loop.py",
-                            "test_learner.py"})
+TRAINING_FILES = frozenset(
+    {"test_learning.py", "test_search_igpo.py", "test_train_loop.py", "test_learner.py"}
+)
 
 
 def serial_group(item: pytest.Item) -> str | None:
@@ -79,9 +88,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if (group := serial_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: (serial_group(item) != "training",
-                                 item.get_closest_marker("slow") is None,
-                                 item.get_closest_marker("docker") is not None))
+    items.sort(
+        key=lambda item: (
+            serial_group(item) != "training",
+            item.get_closest_marker("slow") is None,
+            item.get_closest_marker("docker") is not None,
+        )
+    )
 
 
 @pytest.hookimpl(trylast=True)  # after xdist wrote the groups into the node ids
@@ -91,11 +104,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     grouped tests would then run beside each other and fail at random."""
     if WORKER is None or not session.config.getvalue("loadgroup"):
         return
-    lost = [i.nodeid for i in session.items
-            if serial_group(i) is not None and not i.nodeid.endswith(f"@{serial_group(i)}")]
+    lost = [
+        i.nodeid
+        for i in session.items
+        if serial_group(i) is not None and not i.nodeid.endswith(f"@{serial_group(i)}")
+    ]
     if lost:
-        raise pytest.UsageError(f"pytest-xdist did not group {len(lost)} tests (first: {lost[0]}): "
-                                "use a pytest that it supports (see pyproject.toml)")
+        raise pytest.UsageError(
+            f"pytest-xdist did not group {len(lost)} tests (first: {lost[0]}): "
+            "use a pytest that it supports (see pyproject.toml)"
+        )
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -109,8 +127,21 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("plugins")
     for name in ("sample_plugin", "broken_plugin"):
         subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-             "--target", str(target), str(FIXTURES / name)],
-            check=True, capture_output=True, text=True, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--no-build-isolation",
+                "--target",
+                str(target),
+                str(FIXTURES / name),
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
     return target

@@ -40,8 +40,20 @@ from omegaconf.errors import (
     ValidationError,
 )
 
-__all__ = ["CONFIG_ERRORS", "ConfigError", "ConfigKey", "check_keys", "compose", "config_help",
-           "config_info", "config_keys", "field_docs", "register_schema", "schema_of", "to_dict"]
+__all__ = [
+    "CONFIG_ERRORS",
+    "ConfigError",
+    "ConfigKey",
+    "check_keys",
+    "compose",
+    "config_help",
+    "config_info",
+    "config_keys",
+    "field_docs",
+    "register_schema",
+    "schema_of",
+    "to_dict",
+]
 
 CONFIG_MODULE = "agentgym.conf"
 
@@ -81,8 +93,9 @@ def schema_of(name: str) -> type:
         return _SCHEMAS[name].schema
     except KeyError:
         owner = _OWNERS.get(name)
-        raise ConfigError(f"the schema of config {name!r} is not registered"
-                          + (f": import {owner} first" if owner else "")) from None
+        raise ConfigError(
+            f"the schema of config {name!r} is not registered" + (f": import {owner} first" if owner else "")
+        ) from None
 
 
 # --- schema introspection -----------------------------------------------------------------------
@@ -122,9 +135,13 @@ def field_docs(cls: type) -> dict[str, str]:
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
         for node, after in itertools.pairwise(body):
-            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                    and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                    and isinstance(after.value.value, str)):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
                 docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
@@ -134,8 +151,7 @@ _ROLE = re.compile(r":\w+:`~?([^`]+)`")
 
 def _plain(text: str) -> str:
     """reST markup out: ``:class:`~a.B``` -> ``B``, double backquotes -> nothing."""
-    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~")
-                     else m.group(1), text)
+    text = _ROLE.sub(lambda m: m.group(1).rsplit(".", 1)[-1] if m.group(0).count("~") else m.group(1), text)
     return " ".join(text.replace("``", "").split())
 
 
@@ -159,8 +175,9 @@ def _suggestion(path: str, schema: type) -> str | None:
         return same[0]
     parent = path.rpartition(".")[0]
     siblings = [k for k in keys if k.rpartition(".")[0] == parent]
-    close = (difflib.get_close_matches(path, siblings, n=1, cutoff=0.6)
-             or difflib.get_close_matches(path, keys, n=1, cutoff=0.75))
+    close = difflib.get_close_matches(path, siblings, n=1, cutoff=0.6) or difflib.get_close_matches(
+        path, keys, n=1, cutoff=0.75
+    )
     return close[0] if close else None
 
 
@@ -186,16 +203,15 @@ def _check_key(path: str, schema: type, renamed: Mapping[str, str], help_hint: s
         if part not in types:
             unknown = ".".join(parts[: i + 1])
             near = _suggestion(unknown, schema)
-            raise ConfigError(f"no key {unknown!r}" + (f"; did you mean {near!r}?" if near
-                                                       else help_hint))
+            raise ConfigError(f"no key {unknown!r}" + (f"; did you mean {near!r}?" if near else help_hint))
         current = _dataclass(types[part])
 
 
-def check_keys(data: Mapping[str, Any], schema: type, renamed: Mapping[str, str] | None = None
-               ) -> None:
+def check_keys(data: Mapping[str, Any], schema: type, renamed: Mapping[str, str] | None = None) -> None:
     """Raise :class:`ConfigError` for the first key of the plain mapping ``data`` (with the keys
     of its mappings under dataclass fields, as dotted paths) that was renamed or that ``schema``
     lacks."""
+
     def paths(values: Mapping[str, Any], tp: type, prefix: str) -> Iterator[str]:
         types = _field_types(tp)
         for key, value in values.items():
@@ -239,17 +255,17 @@ def _explained(exc: BaseException, name: str) -> BaseException:
         near = difflib.get_close_matches(str(key).rsplit(".", 1)[-1], siblings, n=1)
         add = re.search(r"use (\+\S+)", str(exc))
         where = str(key).rpartition(".")[0]
-        return ConfigError(f"no key {str(key)!r}" + (
-            f"; did you mean {(where + '.' if where else '') + near[0]!r}?" if near else "")
-            + (f" (to add a key: {add.group(1)})" if add else ""))
+        return ConfigError(
+            f"no key {str(key)!r}"
+            + (f"; did you mean {(where + '.' if where else '') + near[0]!r}?" if near else "")
+            + (f" (to add a key: {add.group(1)})" if add else "")
+        )
     return exc
 
 
-def _compose(name: str, overrides: Sequence[str], return_hydra_config: bool = False
-             ) -> DictConfig:
+def _compose(name: str, overrides: Sequence[str], return_hydra_config: bool = False) -> DictConfig:
     with initialize_config_module(CONFIG_MODULE, version_base=None):
-        return _hydra_compose(name, overrides=list(overrides),
-                              return_hydra_config=return_hydra_config)
+        return _hydra_compose(name, overrides=list(overrides), return_hydra_config=return_hydra_config)
 
 
 def _checked(name: str, overrides: Sequence[str]) -> None:
@@ -322,8 +338,7 @@ def _groups(name: str) -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """The config groups of ``name``: their default choices and their options."""
     with initialize_config_module(CONFIG_MODULE, version_base=None):
         cfg = _hydra_compose(name, overrides=[], return_hydra_config=True)
-        choices = {k: v for k, v in cfg.hydra.runtime.choices.items()
-                   if not k.startswith("hydra/")}
+        choices = {k: v for k, v in cfg.hydra.runtime.choices.items() if not k.startswith("hydra/")}
         loader = GlobalHydra.instance().config_loader()
         options = {group: loader.get_group_options(group) for group in choices}
     return choices, options
@@ -349,8 +364,13 @@ def config_keys(name: str) -> list[ConfigKey]:
             meaning = _first_sentence(docs.get(field_name, ""))
             if key in choices:
                 choice = choices[key]
-                out.append(ConfigKey(key, "null" if choice is None else str(choice),
-                                     f"{meaning} Options: {', '.join(options[key])}.".strip()))
+                out.append(
+                    ConfigKey(
+                        key,
+                        "null" if choice is None else str(choice),
+                        f"{meaning} Options: {', '.join(options[key])}.".strip(),
+                    )
+                )
             else:
                 out.append(ConfigKey(key, _show(value), meaning))
 
@@ -365,8 +385,7 @@ def config_help(name: str) -> str:
     shown = [k.default if len(k.default) <= 24 else k.default[:21] + "..." for k in keys]
     value_width = max(len(s) for s in shown)
     lines = [f"config keys (override as KEY=VALUE; {len(keys)} keys, default, meaning):"]
-    lines += [f"  {k.key:<{width}}  {s:<{value_width}}  {k.meaning}".rstrip()
-              for k, s in zip(keys, shown)]
+    lines += [f"  {k.key:<{width}}  {s:<{value_width}}  {k.meaning}".rstrip() for k, s in zip(keys, shown)]
     return "\n".join(lines)
 
 
@@ -380,23 +399,39 @@ def config_info(name: str, overrides: Sequence[str] = ()) -> str:
     schema = schema_of(name)
     with initialize_config_module(CONFIG_MODULE, version_base=None):
         loader = GlobalHydra.instance().config_loader()
-        sources = [f"{s.provider}: {s.scheme()}://{s.path}" for s in loader.get_sources()
-                   if s.provider != "hydra"]
-        merged = [d for d in loader.compute_defaults_list(name, list(overrides),
-                                                          RunMode.RUN).defaults
-                  if not d.config_path.startswith("hydra/") and d.config_path != "hydra/config"
-                  and (d.package or "").split(".")[0] != "hydra"]
-        choices = {k: v for k, v in _hydra_compose(
-            name, overrides=list(overrides), return_hydra_config=True
-        ).hydra.runtime.choices.items() if not k.startswith("hydra/")}
+        sources = [
+            f"{s.provider}: {s.scheme()}://{s.path}" for s in loader.get_sources() if s.provider != "hydra"
+        ]
+        merged = [
+            d
+            for d in loader.compute_defaults_list(name, list(overrides), RunMode.RUN).defaults
+            if not d.config_path.startswith("hydra/")
+            and d.config_path != "hydra/config"
+            and (d.package or "").split(".")[0] != "hydra"
+        ]
+        choices = {
+            k: v
+            for k, v in _hydra_compose(
+                name, overrides=list(overrides), return_hydra_config=True
+            ).hydra.runtime.choices.items()
+            if not k.startswith("hydra/")
+        }
     lines = [f"agentgym {name}: configuration", "", "Config search path:"]
     lines += [f"  {s}" for s in sources]
-    lines += ["", f"Schema: {name}_schema = {schema.__module__}.{schema.__qualname__}", "",
-              "Defaults list (merged in this order):"]
+    lines += [
+        "",
+        f"Schema: {name}_schema = {schema.__module__}.{schema.__qualname__}",
+        "",
+        "Defaults list (merged in this order):",
+    ]
     lines += [f"  {d.config_path:<24} package={d.package or '<root>'}" for d in merged]
     lines += ["", "Config groups (choice):"]
-    lines += [f"  {group}: {'null' if choice is None else choice}"
-              for group, choice in choices.items()]
-    lines += ["", f"Overrides: {' '.join(overrides) or '(none)'}", "", "Config:",
-              OmegaConf.to_yaml(cfg).rstrip()]
+    lines += [f"  {group}: {'null' if choice is None else choice}" for group, choice in choices.items()]
+    lines += [
+        "",
+        f"Overrides: {' '.join(overrides) or '(none)'}",
+        "",
+        "Config:",
+        OmegaConf.to_yaml(cfg).rstrip(),
+    ]
     return "\n".join(lines)

@@ -72,9 +72,20 @@ if TYPE_CHECKING:
     from agentgym.hosting import EnvServerPool
     from agentgym.sandbox.spec import Backend
 
-__all__ = ["EXIT_CANNOT_START", "EXIT_INFRA_ERRORS", "RENAMED", "EvalConfig", "EvalSetupError",
-           "SamplingConfig", "compose_eval_config", "default_out_dir",
-           "register_configs", "role_statistics", "run_eval", "run_eval_cli"]
+__all__ = [
+    "EXIT_CANNOT_START",
+    "EXIT_INFRA_ERRORS",
+    "RENAMED",
+    "EvalConfig",
+    "EvalSetupError",
+    "SamplingConfig",
+    "compose_eval_config",
+    "default_out_dir",
+    "register_configs",
+    "role_statistics",
+    "run_eval",
+    "run_eval_cli",
+]
 
 EXIT_CANNOT_START = 2
 EXIT_INFRA_ERRORS = 3
@@ -177,8 +188,12 @@ class EvalConfig:
 
 
 #: Old names of eval keys: ``{old: new}``. An override of an old name is an error naming the new.
-RENAMED = {"workers": "concurrency", "max_retries": "retries", "episodes": "tasks",
-           "max_steps": "max_game_steps"}
+RENAMED = {
+    "workers": "concurrency",
+    "max_retries": "retries",
+    "episodes": "tasks",
+    "max_steps": "max_game_steps",
+}
 
 
 def register_configs() -> None:
@@ -195,8 +210,7 @@ class EvalSetupError(RuntimeError):
 
 def _rate(hits: int, trials: int) -> dict[str, Any]:
     low, high = wilson_interval(hits, trials)
-    return {"hits": hits, "trials": trials, "rate": hits / trials if trials else None,
-            "ci95": [low, high]}
+    return {"hits": hits, "trials": trials, "rate": hits / trials if trials else None, "ci95": [low, high]}
 
 
 def role_statistics(games: Sequence[GameResult], seats: Collection[str]) -> dict[str, Any]:
@@ -220,13 +234,14 @@ def role_statistics(games: Sequence[GameResult], seats: Collection[str]) -> dict
                 total = metrics.setdefault(role, {}).setdefault(name, [0, 0])
                 total[0] += int(hits)
                 total[1] += int(trials)
-            invalid.setdefault(role, []).extend(
-                1.0 - t.action_valid for t in game.episodes[agent].turns)
+            invalid.setdefault(role, []).extend(1.0 - t.action_valid for t in game.episodes[agent].turns)
     return {
-        role: {"players": won[1], "wins": _rate(*won),
-               **{name: _rate(*total) for name, total in sorted(metrics.get(role, {}).items())},
-               "invalid_action_rate": sum(invalid[role]) / len(invalid[role])
-               if invalid[role] else None}
+        role: {
+            "players": won[1],
+            "wins": _rate(*won),
+            **{name: _rate(*total) for name, total in sorted(metrics.get(role, {}).items())},
+            "invalid_action_rate": sum(invalid[role]) / len(invalid[role]) if invalid[role] else None,
+        }
         for role, won in sorted(wins.items())
     }
 
@@ -253,8 +268,7 @@ def _policy_label(policy: dict[str, Any]) -> str:
 def default_out_dir(suite: Suite, config: dict[str, Any]) -> Path:
     """``runs/eval/<suite>-<policy>-<hash>``: the same command gets the same directory (and so
     resumes), a config that changes results gets another."""
-    return Path("runs") / "eval" / f"{suite.name}-{_policy_label(config['policy'])}-" \
-                                   f"{_identity(config)}"
+    return Path("runs") / "eval" / f"{suite.name}-{_policy_label(config['policy'])}-{_identity(config)}"
 
 
 def _backend(sandbox: Any) -> Backend | None:
@@ -280,8 +294,7 @@ class _Run:
 
     def skip(self, entry: SuiteEntry):
         """``skip(task, member)`` of an entry: true for units the store already has."""
-        return lambda task, member: (f"{entry.name}::{group_id(entry.env, task)}#{member}"
-                                     in self.store.done)
+        return lambda task, member: f"{entry.name}::{group_id(entry.env, task)}#{member}" in self.store.done
 
     def keep(self, episodes: list[Episode]) -> None:
         self.store.append(episodes)
@@ -299,8 +312,10 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     backend = _backend(cfg.sandbox)
     games = [e.name for e in suite.entries if e.games]
     if backend is not None and games:
-        raise SuiteError(f"entries {games} play multi-agent games, which run in this process: "
-                         "use sandbox=none, or `games: false` to play one seat against bots")
+        raise SuiteError(
+            f"entries {games} play multi-agent games, which run in this process: "
+            "use sandbox=none, or `games: false` to play one seat against bots"
+        )
     out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(suite, config)
     created = not out.exists()
     store = RunStore.open(out, config)
@@ -334,8 +349,7 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     return out, summary
 
 
-def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite
-                 ) -> EnvServerPool | None:
+def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite) -> EnvServerPool | None:
     """The run's env server pool (its first servers already starting), or ``None``."""
     if backend is None:
         return None
@@ -345,10 +359,10 @@ def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite
     # What killed runs left (the run being resumed, most likely): their owners are dead.
     reclaimed = gc(docker=backend == "docker")
     if reclaimed.containers or reclaimed.dirs or reclaimed.cgroups:
-        console.print(f"agentgym eval: {str(reclaimed).splitlines()[0]} that dead runs left "
-                      "behind", highlight=False)
-    servers = EnvServerPool(backend, warm=cfg.sandbox_warm,
-                            sessions_per_server=cfg.sandbox_sessions)
+        console.print(
+            f"agentgym eval: {str(reclaimed).splitlines()[0]} that dead runs left behind", highlight=False
+        )
+    servers = EnvServerPool(backend, warm=cfg.sandbox_warm, sessions_per_server=cfg.sandbox_sessions)
     try:
         for spec_env in {servers.spec(e.env): e.env for e in suite.entries}.values():
             servers.prewarm(spec_env)
@@ -369,13 +383,21 @@ async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
     """A single-agent entry: its missing episodes."""
     cfg = run.cfg
     await acollect(
-        entry.env, run.policy, entry.task_list(), group_size=entry.group_size,
-        max_turns=entry.max_turns, concurrency=cfg.concurrency,
+        entry.env,
+        run.policy,
+        entry.task_list(),
+        group_size=entry.group_size,
+        max_turns=entry.max_turns,
+        concurrency=cfg.concurrency,
         prompter=Prompter(family=manifest(entry.env).family, **_prompt(cfg)),
         sampling=SamplingConfig.of(cfg.sampling).params(),
-        env_kwargs=dict(entry.env_kwargs), progress=cfg.progress,
-        on_episode=lambda episode: run.keep([episode]), sandbox=run.servers,
-        retries=cfg.retries, tags={"entry": entry.name}, skip=run.skip(entry),
+        env_kwargs=dict(entry.env_kwargs),
+        progress=cfg.progress,
+        on_episode=lambda episode: run.keep([episode]),
+        sandbox=run.servers,
+        retries=cfg.retries,
+        tags={"entry": entry.name},
+        skip=run.skip(entry),
     )
 
 
@@ -385,8 +407,7 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
 
     cfg = run.cfg
     env_kwargs = dict(entry.env_kwargs)
-    probe = (make_parallel if "parallel" in manifest(entry.env).kinds else make_aec)(
-        entry.env, **env_kwargs)
+    probe = (make_parallel if "parallel" in manifest(entry.env).kinds else make_aec)(entry.env, **env_kwargs)
     agents, render_modes = list(probe.possible_agents), probe.metadata.get("render_modes", ())
     probe.close()
     seats = list(cfg.seats) or agents
@@ -394,8 +415,9 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
     if unknown:
         raise EvalSetupError(f"seats {unknown} are not agents of {entry.env}: {agents}")
     if len(seats) < len(agents) and run.opponent is None:
-        raise EvalSetupError(f"the policy plays {seats} only: set `opponent` to the policy of "
-                             "the other seats")
+        raise EvalSetupError(
+            f"the policy plays {seats} only: set `opponent` to the policy of the other seats"
+        )
     if "html" in render_modes:
         env_kwargs.setdefault("render_mode", "html")
     games_dir = run.store.path / "games" / re.sub(r"[^A-Za-z0-9_.-]+", "_", entry.name)
@@ -409,20 +431,26 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
         run.games[entry.name].append(game)
         name = games_dir / f"{game.task.seed}-{game.member}"
         if game.record is not None:
-            name.with_suffix(".json").write_text(json.dumps(game.record, indent=1),
-                                                 encoding="utf-8")
+            name.with_suffix(".json").write_text(json.dumps(game.record, indent=1), encoding="utf-8")
         if isinstance(game.rendering, str) and env_kwargs.get("render_mode") == "html":
             name.with_suffix(".html").write_text(game.rendering, encoding="utf-8")
 
     await multiagent.acollect(
-        entry.env, {a: run.policy if a in seats else run.opponent for a in agents},
-        entry.task_list(), group_size=entry.group_size, max_game_steps=cfg.max_game_steps,
+        entry.env,
+        {a: run.policy if a in seats else run.opponent for a in agents},
+        entry.task_list(),
+        group_size=entry.group_size,
+        max_game_steps=cfg.max_game_steps,
         concurrency=cfg.concurrency,
-        prompter=multiagent.default_prompter(manifest(entry.env).family,
-                                             **_prompt(cfg, drop_unset_system=True)),
+        prompter=multiagent.default_prompter(
+            manifest(entry.env).family, **_prompt(cfg, drop_unset_system=True)
+        ),
         sampling=SamplingConfig.of(cfg.sampling).params(),
-        signals=to_dict(cfg.signals), env_kwargs=env_kwargs,
-        progress=cfg.progress, on_game=on_game, skip=run.skip(entry),
+        signals=to_dict(cfg.signals),
+        env_kwargs=env_kwargs,
+        progress=cfg.progress,
+        on_game=on_game,
+        skip=run.skip(entry),
     )
 
 
@@ -430,22 +458,28 @@ def _entry_summary(run: _Run, entry: SuiteEntry) -> dict[str, Any]:
     """Statistics of one entry: of the policy's seats for games, with per-role tables of the
     games played in this invocation."""
     episodes = [e for e in run.episodes if e.tags.get("entry") == entry.name]
-    head = {"env": entry.env, "split": entry.split, "games": entry.games,
-            "planned": entry.units}
+    head = {"env": entry.env, "split": entry.split, "games": entry.games, "planned": entry.units}
     if not entry.games:
-        return {**head, **summarize(episodes),
-                "task_types": breakdown([e for e in episodes if e.task_type],
-                                        lambda e: e.task_type)}
+        return {
+            **head,
+            **summarize(episodes),
+            "task_types": breakdown([e for e in episodes if e.task_type], lambda e: e.task_type),
+        }
     seats = list(run.cfg.seats) or sorted({e.agent for e in episodes})
     played = run.games[entry.name]
     others = sorted({e.agent for e in episodes} - set(seats))
-    return {**head, **summarize([e for e in episodes if e.agent in seats]),
-            "seats": seats, "games_played": len(played),
-            "game_errors": sum(g.error is not None for g in played),
-            "task_types": breakdown([e for e in episodes if e.agent in seats and e.task_type],
-                                    lambda e: e.task_type),
-            "roles": role_statistics(played, seats),
-            **({"opponent_roles": role_statistics(played, others)} if others else {})}
+    return {
+        **head,
+        **summarize([e for e in episodes if e.agent in seats]),
+        "seats": seats,
+        "games_played": len(played),
+        "game_errors": sum(g.error is not None for g in played),
+        "task_types": breakdown(
+            [e for e in episodes if e.agent in seats and e.task_type], lambda e: e.task_type
+        ),
+        "roles": role_statistics(played, seats),
+        **({"opponent_roles": role_statistics(played, others)} if others else {}),
+    }
 
 
 def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
@@ -453,8 +487,7 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
     entry) and each entry's."""
     entries = {e.name: _entry_summary(run, e) for e in suite.entries}
     seats = set(run.cfg.seats)
-    mine = [e for e in run.episodes
-            if "seats" not in e.tags or not seats or e.agent in seats]
+    mine = [e for e in run.episodes if "seats" not in e.tags or not seats or e.agent in seats]
     resumed = run.store.resumed
     return {
         "suite": suite.name,
@@ -476,8 +509,10 @@ def _write_report(out: Path) -> None:
 
         write_report(out)
     except ImportError as exc:
-        console.print(f"[yellow]agentgym eval: no report ({exc.name} is missing: pip install "
-                      "'agentgym[harness]')[/yellow]")
+        console.print(
+            f"[yellow]agentgym eval: no report ({exc.name} is missing: pip install "
+            "'agentgym[harness]')[/yellow]"
+        )
     except Exception as exc:  # the report is derived data: the run itself succeeded
         console.print(f"[yellow]agentgym eval: no report: {escape(str(exc))}[/yellow]")
 
@@ -489,31 +524,49 @@ def _fmt(x: float | None, spec: str) -> str:
 def print_summary(summary: dict[str, Any]) -> None:
     """A table of the entries and the total (on stderr)."""
     table = Table(title=f"{summary['suite']}: {summary['policy']}  ({summary['out_dir']})")
-    for column in ("entry", "episodes", "success", "95% CI", "return", "turns", "invalid",
-                   "infra errors", "retried"):
+    for column in (
+        "entry",
+        "episodes",
+        "success",
+        "95% CI",
+        "return",
+        "turns",
+        "invalid",
+        "infra errors",
+        "retried",
+    ):
         table.add_column(column, justify="left" if column == "entry" else "right")
     rows = [*summary["entries"].items()]
     if len(rows) > 1:
         rows.append(("total", summary))
     for name, stats in rows:
         low, high = stats["success_ci95"]
-        table.add_row(name, str(stats["episodes"]), _fmt(stats["success_rate"], ".1%"),
-                      f"{low:.1%} - {high:.1%}", _fmt(stats["mean_return"], ".2f"),
-                      _fmt(stats["mean_turns"], ".1f"), _fmt(stats["invalid_action_rate"], ".1%"),
-                      str(stats["errors"]), str(stats["retried"]))
+        table.add_row(
+            name,
+            str(stats["episodes"]),
+            _fmt(stats["success_rate"], ".1%"),
+            f"{low:.1%} - {high:.1%}",
+            _fmt(stats["mean_return"], ".2f"),
+            _fmt(stats["mean_turns"], ".1f"),
+            _fmt(stats["invalid_action_rate"], ".1%"),
+            str(stats["errors"]),
+            str(stats["retried"]),
+        )
     console.print(table)
     for name, stats in summary["entries"].items():
         if "roles" in stats:
-            print_roles(f"{name}: {summary['policy']} by role ({stats['games_played']} games)",
-                        stats["roles"])
+            print_roles(
+                f"{name}: {summary['policy']} by role ({stats['games_played']} games)", stats["roles"]
+            )
         if "opponent_roles" in stats:
             print_roles(f"{name}: opponent by role", stats["opponent_roles"])
 
 
 def print_roles(title: str, roles: dict[str, Any]) -> None:
     """A table of :func:`role_statistics`."""
-    names = sorted({k for stats in roles.values() for k, v in stats.items()
-                    if isinstance(v, dict) and k != "wins"})
+    names = sorted(
+        {k for stats in roles.values() for k, v in stats.items() if isinstance(v, dict) and k != "wins"}
+    )
     table = Table(title=title)
     for column in ("role", "players", "win rate", "95% CI", *names, "invalid"):
         table.add_column(column, justify="right")
@@ -528,21 +581,26 @@ def print_roles(title: str, roles: dict[str, Any]) -> None:
         wins = stats["wins"]
         low, high = wins["ci95"]
         invalid = stats["invalid_action_rate"]
-        table.add_row(role, str(stats["players"]), f"{wins['rate']:.1%}",
-                      f"{low:.1%} - {high:.1%}", *(rate(stats.get(n)) for n in names),
-                      "-" if invalid is None else f"{invalid:.1%}")
+        table.add_row(
+            role,
+            str(stats["players"]),
+            f"{wins['rate']:.1%}",
+            f"{low:.1%} - {high:.1%}",
+            *(rate(stats.get(n)) for n in names),
+            "-" if invalid is None else f"{invalid:.1%}",
+        )
     console.print(table)
-
-
 
 
 def summary_line(summary: dict[str, Any], status: str) -> str:
     """The one-line summary ``agentgym eval`` prints last on stdout."""
     low, high = summary["success_ci95"]
-    return (f"agentgym eval: {status} suite={summary['suite']} episodes={summary['episodes']} "
-            f"success={_fmt(summary['success_rate'], '.1%')} ci95=[{low:.1%}, {high:.1%}] "
-            f"infra_errors={summary['errors']} retried={summary['retried']} "
-            f"complete={str(summary['complete']).lower()} run={summary['out_dir']}")
+    return (
+        f"agentgym eval: {status} suite={summary['suite']} episodes={summary['episodes']} "
+        f"success={_fmt(summary['success_rate'], '.1%')} ci95=[{low:.1%}, {high:.1%}] "
+        f"infra_errors={summary['errors']} retried={summary['retried']} "
+        f"complete={str(summary['complete']).lower()} run={summary['out_dir']}"
+    )
 
 
 SETUP_ERRORS = (EvalSetupError, SuiteError, RunDirError, RunConfigMismatch, PolicyUnavailable)
@@ -550,8 +608,7 @@ SETUP_ERRORS = (EvalSetupError, SuiteError, RunDirError, RunConfigMismatch, Poli
 
 
 def _cannot_start(message: str, why: str = "cannot start: ") -> int:
-    console.print(f"[red]agentgym eval: {why}[/red]{escape(message)}", highlight=False,
-                  soft_wrap=True)
+    console.print(f"[red]agentgym eval: {why}[/red]{escape(message)}", highlight=False, soft_wrap=True)
     print(f"agentgym eval: error {message.splitlines()[0] if message else ''}")
     return EXIT_CANNOT_START
 

@@ -52,16 +52,20 @@ from agentgym.harness.store import RunDirError, entry_of, read_episodes
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["Run", "add_arguments", "compare_runs", "entry_of", "load_run", "run",
-           "write_report"]
+__all__ = ["Run", "add_arguments", "compare_runs", "entry_of", "load_run", "run", "write_report"]
 
 TEXT_LIMIT = 20_000
 """Longest text (characters) of one field embedded in the transcript viewer; longer texts are
 cut, with a note of how much was left out, so that a page of thousands of episodes stays small
 enough for a browser."""
 
-_CATEGORY_COLORS = {"success": "#2e7d32", "failed": "#c62828", "max_turns": "#ef6c00",
-                    "invalid_format": "#6a1b9a", "infra_error": "#757575"}
+_CATEGORY_COLORS = {
+    "success": "#2e7d32",
+    "failed": "#c62828",
+    "max_turns": "#ef6c00",
+    "invalid_format": "#6a1b9a",
+    "infra_error": "#757575",
+}
 
 
 @dataclass(frozen=True)
@@ -112,11 +116,9 @@ def load_run(run_dir: Path) -> Run:
     try:
         config = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise RunDirError(f"{run_dir / 'config.yaml'}: not YAML: "
-                          f"{str(exc).splitlines()[0]}") from exc
+        raise RunDirError(f"{run_dir / 'config.yaml'}: not YAML: {str(exc).splitlines()[0]}") from exc
     read, skipped = read_episodes(run_dir / "episodes.jsonl")
-    return Run(run_dir, config if isinstance(config, dict) else {}, [e for _, e in read],
-               skipped)
+    return Run(run_dir, config if isinstance(config, dict) else {}, [e for _, e in read], skipped)
 
 
 def _pct(x: float | None) -> str:
@@ -149,8 +151,11 @@ def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("agentgym.harness"),
         autoescape=jinja2.select_autoescape(default_for_string=True, default=True),
-        undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-        keep_trailing_newline=True)
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.policies["json.dumps_kwargs"] = {"ensure_ascii": False, "sort_keys": False}
     env.globals["static"] = _static
     return env
@@ -198,8 +203,7 @@ def _png(fig: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _rates_and_errors(summaries: Sequence[Mapping[str, Any] | None]
-                      ) -> tuple[np.ndarray, list[list[float]]]:
+def _rates_and_errors(summaries: Sequence[Mapping[str, Any] | None]) -> tuple[np.ndarray, list[list[float]]]:
     """Success rates (NaN where a summary is missing or has no scored episode) and their 95%
     intervals as matplotlib's ``[2, n]`` error bars (zero where the rate is NaN).
 
@@ -207,8 +211,9 @@ def _rates_and_errors(summaries: Sequence[Mapping[str, Any] | None]
     """
     rated = [s if s is not None and s["success_rate"] is not None else None for s in summaries]
     rates = np.array([s["success_rate"] if s is not None else np.nan for s in rated], dtype=float)
-    bounds = np.array([s["success_ci95"] if s is not None else (np.nan, np.nan)
-                       for s in rated], dtype=float).reshape(-1, 2)
+    bounds = np.array(
+        [s["success_ci95"] if s is not None else (np.nan, np.nan) for s in rated], dtype=float
+    ).reshape(-1, 2)
     # abs: the interval contains the rate, up to rounding
     errors = np.abs(np.stack([rates - bounds[:, 0], bounds[:, 1] - rates]))
     return rates, np.nan_to_num(errors).tolist()
@@ -264,21 +269,18 @@ def _category_plot(by_entry: Mapping[str, Mapping[str, Any]]) -> str:
     ax = fig.add_subplot()
     y, left = np.arange(len(labels)), np.zeros(len(labels))
     for category in FAILURE_CATEGORIES:
-        shares = np.array([s["categories"][category] / max(1, s["episodes"])
-                           for s in by_entry.values()])
+        shares = np.array([s["categories"][category] / max(1, s["episodes"]) for s in by_entry.values()])
         ax.barh(y, shares, left=left, label=category, color=_CATEGORY_COLORS[category])
         left += shares
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of episodes")
-    ax.legend(ncols=len(FAILURE_CATEGORIES), loc="lower center", bbox_to_anchor=(0.5, 1.0),
-              fontsize="small")
+    ax.legend(ncols=len(FAILURE_CATEGORIES), loc="lower center", bbox_to_anchor=(0.5, 1.0), fontsize="small")
     return _png(fig)
 
 
-def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mapping[str, Any]]]
-                  ) -> str:
+def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     """Bars of success rate per entry, one bar per run (label -> {entry: summary}), with 95%
     intervals; a run without that entry gets no bar."""
     fig = _figure(max(6.0, 1.0 + 0.5 * len(entries) * len(runs)), 4.2)
@@ -287,8 +289,7 @@ def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mappin
     x = np.arange(len(entries))
     for i, (label, by_entry) in enumerate(runs.items()):
         rates, errors = _rates_and_errors([by_entry.get(e) for e in entries])
-        ax.bar(x + (i - (len(runs) - 1) / 2) * width, rates, width, yerr=errors, capsize=2,
-               label=label)
+        ax.bar(x + (i - (len(runs) - 1) / 2) * width, rates, width, yerr=errors, capsize=2, label=label)
     ax.set_xticks(x, entries, rotation=20, ha="right")
     ax.set_ylim(0, 1)
     ax.set_ylabel("success rate (95% Wilson interval)")
@@ -303,9 +304,12 @@ def _grouped_bars(entries: Sequence[str], runs: Mapping[str, Mapping[str, Mappin
 def _success_section(by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Success per entry: its rows (entry, episodes, scored, infra errors, success [95% CI])
     and plot."""
-    return {"rows": [(entry, s["episodes"], s["scored"], s["errors"], _rate_ci(s))
-                     for entry, s in by_entry.items()],
-            "plot": _success_plot(by_entry, "success per entry")}
+    return {
+        "rows": [
+            (entry, s["episodes"], s["scored"], s["errors"], _rate_ci(s)) for entry, s in by_entry.items()
+        ],
+        "plot": _success_plot(by_entry, "success per entry"),
+    }
 
 
 def _task_type_section(episodes: Sequence[Episode]) -> dict[str, Any] | None:
@@ -314,22 +318,30 @@ def _task_type_section(episodes: Sequence[Episode]) -> dict[str, Any] | None:
     if not any(e.task_type for e in episodes):
         return None
     by_type = breakdown(episodes, lambda e: f"{entry_of(e)} / {e.task_type or '-'}")
-    return {"rows": [(k, s["episodes"], s["scored"], _rate_ci(s)) for k, s in by_type.items()],
-            "plot": _success_plot(by_type, "success per entry and task type")}
+    return {
+        "rows": [(k, s["episodes"], s["scored"], _rate_ci(s)) for k, s in by_type.items()],
+        "plot": _success_plot(by_type, "success per entry and task type"),
+    }
 
 
-def _pass_at_k_section(overall: Mapping[str, Any],
-                       by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _pass_at_k_section(
+    overall: Mapping[str, Any], by_entry: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     """pass@k per entry and over all: its ``columns`` (``pass@k`` for every k of any group;
     none without a scored episode) and rows (entry, then one rate per column)."""
     ks = sorted({int(k) for s in (overall, *by_entry.values()) for k in s["pass_at_k"]})
-    return {"columns": [f"pass@{k}" for k in ks],
-            "rows": [(name, *(_pct(s["pass_at_k"].get(str(k))) for k in ks))
-                     for name, s in (*by_entry.items(), ("all", overall))]}
+    return {
+        "columns": [f"pass@{k}" for k in ks],
+        "rows": [
+            (name, *(_pct(s["pass_at_k"].get(str(k))) for k in ks))
+            for name, s in (*by_entry.items(), ("all", overall))
+        ],
+    }
 
 
-def _distribution_section(scored: Sequence[Episode],
-                          by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def _distribution_section(
+    scored: Sequence[Episode], by_entry: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
     """Turns and response tokens per entry: rows (entry, mean turns, invalid actions, mean
     response tokens / episode, response tokens) and their histograms."""
     turns: dict[str, list[float]] = {entry: [] for entry in by_entry}
@@ -337,24 +349,32 @@ def _distribution_section(scored: Sequence[Episode],
     for e in scored:
         turns[entry_of(e)].append(e.num_turns)
         tokens[entry_of(e)].append(sum(len(t.response_ids) for t in e.turns))
-    return {"rows": [(entry, _number(s["mean_turns"]), _pct(s["invalid_action_rate"]),
-                      _number(s["mean_response_tokens"]), s["response_tokens"])
-                     for entry, s in by_entry.items()],
-            "plot": _histograms({"turns per episode": turns,
-                                 "response tokens per episode": tokens})}
+    return {
+        "rows": [
+            (
+                entry,
+                _number(s["mean_turns"]),
+                _pct(s["invalid_action_rate"]),
+                _number(s["mean_response_tokens"]),
+                s["response_tokens"],
+            )
+            for entry, s in by_entry.items()
+        ],
+        "plot": _histograms({"turns per episode": turns, "response tokens per episode": tokens}),
+    }
 
 
 def _category_section(by_entry: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Outcome categories per entry: rows (entry, then a count per ``FAILURE_CATEGORIES``) and
     their plot."""
-    return {"rows": [(entry, *(s["categories"][c] for c in FAILURE_CATEGORIES))
-                     for entry, s in by_entry.items()],
-            "plot": _category_plot(by_entry)}
+    return {
+        "rows": [(entry, *(s["categories"][c] for c in FAILURE_CATEGORIES)) for entry, s in by_entry.items()],
+        "plot": _category_plot(by_entry),
+    }
 
 
 _LATENCIES: dict[str, Callable[[Episode], list[float]]] = {
-    "generate / turn": lambda e: [t.timings["generate"] for t in e.turns
-                                  if "generate" in t.timings],
+    "generate / turn": lambda e: [t.timings["generate"] for t in e.turns if "generate" in t.timings],
     "env step / turn": lambda e: [t.timings["step"] for t in e.turns if "step" in t.timings],
     "episode wall time": lambda e: [e.wall_time],
 }
@@ -365,8 +385,9 @@ def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> dict[
     """Mean, median and 95th percentile of each of :data:`_LATENCIES`, per entry and (with
     several entries) over all scored episodes: rows (entry, measure, n, mean, p50, p95) and the
     histograms per entry."""
-    values: dict[str, dict[str, list[float]]] = {name: {entry: [] for entry in entries}
-                                                 for name in _LATENCIES}
+    values: dict[str, dict[str, list[float]]] = {
+        name: {entry: [] for entry in entries} for name in _LATENCIES
+    }
     for e in scored:
         for name, measure in _LATENCIES.items():
             values[name][entry_of(e)].extend(measure(e))
@@ -390,15 +411,28 @@ def _clip(text: str) -> str:
 def _episode_record(episode: Episode) -> dict[str, Any]:
     """What the transcript viewer shows of ``episode`` (long texts cut by :func:`_clip`)."""
     return {
-        "id": episode.episode_id, "entry": entry_of(episode), "task_id": episode.task_id,
-        "task_type": episode.task_type, "agent": episode.agent, "seed": episode.seed,
-        "category": failure_category(episode), "outcome": episode.outcome,
-        "wall_time": episode.wall_time, "error": episode.error,
+        "id": episode.episode_id,
+        "entry": entry_of(episode),
+        "task_id": episode.task_id,
+        "task_type": episode.task_type,
+        "agent": episode.agent,
+        "seed": episode.seed,
+        "category": failure_category(episode),
+        "outcome": episode.outcome,
+        "wall_time": episode.wall_time,
+        "error": episode.error,
         "failed_attempts": [_clip(a) for a in episode.failed_attempts],
         "instruction": _clip(episode.instruction),
-        "turns": [{"observation": _clip(t.observation), "response": _clip(t.response_text),
-                   "action": _clip(t.action), "valid": t.action_valid, "reward": t.reward}
-                  for t in episode.turns],
+        "turns": [
+            {
+                "observation": _clip(t.observation),
+                "response": _clip(t.response_text),
+                "action": _clip(t.action),
+                "valid": t.action_valid,
+                "reward": t.reward,
+            }
+            for t in episode.turns
+        ],
     }
 
 
@@ -421,22 +455,39 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     by_entry = breakdown(episodes, entry_of)
     entries = list(by_entry)
     header = [
-        ("run", str(loaded.path)), ("suite", loaded.suite), ("policy", loaded.policy),
-        ("model", loaded.model or "-"), ("episodes", overall["episodes"]),
-        ("infra errors", overall["errors"]), ("retried", overall["retried"]),
+        ("run", str(loaded.path)),
+        ("suite", loaded.suite),
+        ("policy", loaded.policy),
+        ("model", loaded.model or "-"),
+        ("episodes", overall["episodes"]),
+        ("infra errors", overall["errors"]),
+        ("retried", overall["retried"]),
         ("success", _rate_ci(overall)),
         *([("unreadable lines", loaded.skipped_lines)] if loaded.skipped_lines else []),
     ]
-    stats = None if not episodes else {
-        "success": _success_section(by_entry), "by_task_type": _task_type_section(episodes),
-        "pass_at_k": _pass_at_k_section(overall, by_entry),
-        "distributions": _distribution_section(scored, by_entry),
-        "categories": _category_section(by_entry), "latency": _latency_section(scored, entries),
-    }
-    _render("report.html.j2", out, title=f"agentgym report: {loaded.suite}", header=header,
-            error_examples=[_clip(text) for text in overall["error_examples"]], stats=stats,
-            categories=list(FAILURE_CATEGORIES), entries=entries,
-            transcripts=[_episode_record(e) for e in episodes])
+    stats = (
+        None
+        if not episodes
+        else {
+            "success": _success_section(by_entry),
+            "by_task_type": _task_type_section(episodes),
+            "pass_at_k": _pass_at_k_section(overall, by_entry),
+            "distributions": _distribution_section(scored, by_entry),
+            "categories": _category_section(by_entry),
+            "latency": _latency_section(scored, entries),
+        }
+    )
+    _render(
+        "report.html.j2",
+        out,
+        title=f"agentgym report: {loaded.suite}",
+        header=header,
+        error_examples=[_clip(text) for text in overall["error_examples"]],
+        stats=stats,
+        categories=list(FAILURE_CATEGORIES),
+        entries=entries,
+        transcripts=[_episode_record(e) for e in episodes],
+    )
     return out
 
 
@@ -464,17 +515,28 @@ def _leaderboard(runs: Sequence[Run]) -> list[dict[str, Any]]:
     rows = []
     for label, r in zip(_labels(runs), runs):
         overall = summarize(r.episodes)
-        rows.append({
-            "label": label, "run_dir": str(r.path), "policy": r.policy, "model": r.model,
-            "success_rate": overall["success_rate"], "success_ci95": overall["success_ci95"],
-            "episodes": overall["episodes"], "errors": overall["errors"],
-            "entries": {entry: {"success_rate": s["success_rate"],
-                                "success_ci95": s["success_ci95"], "episodes": s["episodes"],
-                                "errors": s["errors"]}
-                        for entry, s in breakdown(r.episodes, entry_of).items()},
-        })
-    return sorted(rows, key=lambda row: 1.0 if row["success_rate"] is None
-                  else -row["success_rate"])
+        rows.append(
+            {
+                "label": label,
+                "run_dir": str(r.path),
+                "policy": r.policy,
+                "model": r.model,
+                "success_rate": overall["success_rate"],
+                "success_ci95": overall["success_ci95"],
+                "episodes": overall["episodes"],
+                "errors": overall["errors"],
+                "entries": {
+                    entry: {
+                        "success_rate": s["success_rate"],
+                        "success_ci95": s["success_ci95"],
+                        "episodes": s["episodes"],
+                        "errors": s["errors"],
+                    }
+                    for entry, s in breakdown(r.episodes, entry_of).items()
+                },
+            }
+        )
+    return sorted(rows, key=lambda row: 1.0 if row["success_rate"] is None else -row["success_rate"])
 
 
 def compare_runs(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
@@ -488,17 +550,26 @@ def compare_runs(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
     runs = [load_run(Path(d)) for d in run_dirs]
     board = _leaderboard(runs)
     entries = sorted({entry for row in board for entry in row["entries"]})
-    leaderboard = [(i, row["label"], row["policy"], row["model"] or "-", _rate_ci(row),
-                    row["episodes"], row["errors"]) for i, row in enumerate(board, start=1)]
-    per_entry = [(entry, *(_rate_ci(row["entries"][entry]) if entry in row["entries"] else "-"
-                           for row in board)) for entry in entries]
-    plot = (_grouped_bars(entries, {row["label"]: row["entries"] for row in board})
-            if entries else None)
+    leaderboard = [
+        (i, row["label"], row["policy"], row["model"] or "-", _rate_ci(row), row["episodes"], row["errors"])
+        for i, row in enumerate(board, start=1)
+    ]
+    per_entry = [
+        (entry, *(_rate_ci(row["entries"][entry]) if entry in row["entries"] else "-" for row in board))
+        for entry in entries
+    ]
+    plot = _grouped_bars(entries, {row["label"]: row["entries"] for row in board}) if entries else None
     out_dir = Path(out_dir)
     page, board_path = out_dir / "compare.html", out_dir / "leaderboard.json"
-    _render("compare.html.j2", page, title=f"agentgym comparison of {len(runs)} runs",
-            runs=[{"label": row["label"], "run_dir": row["run_dir"]} for row in board],
-            leaderboard=leaderboard, per_entry=per_entry, plot=plot)
+    _render(
+        "compare.html.j2",
+        page,
+        title=f"agentgym comparison of {len(runs)} runs",
+        runs=[{"label": row["label"], "run_dir": row["run_dir"]} for row in board],
+        leaderboard=leaderboard,
+        per_entry=per_entry,
+        plot=plot,
+    )
     board_path.write_text(json.dumps(board, indent=2) + "\n", encoding="utf-8")
     return page, board_path
 
@@ -509,11 +580,20 @@ def compare_runs(run_dirs: Sequence[Path], out_dir: Path) -> tuple[Path, Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``agentgym report`` to ``parser``."""
-    parser.add_argument("runs", nargs="+", type=Path, metavar="RUN",
-                        help="eval run directories; one: its report.html, several: a comparison")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="where to write (default: the run's own directory for one run, "
-                             "runs/compare-<time> for several)")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN",
+        help="eval run directories; one: its report.html, several: a comparison",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write (default: the run's own directory for one run, runs/compare-<time> for several)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -523,14 +603,15 @@ def run(args: argparse.Namespace) -> int:
     out, err = output_console(), output_console(stderr=True)
     try:
         if len(args.runs) == 1:
-            paths = [write_report(args.runs[0],
-                                  None if args.out is None else args.out / "report.html")]
+            paths = [write_report(args.runs[0], None if args.out is None else args.out / "report.html")]
         else:
-            paths = list(compare_runs(
-                args.runs, args.out or Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"))
+            paths = list(
+                compare_runs(
+                    args.runs, args.out or Path("runs") / f"compare-{time.strftime('%Y%m%d-%H%M%S')}"
+                )
+            )
     except RunDirError as exc:
-        err.print(f"[red]agentgym report:[/red] {markup_escape(str(exc))}", highlight=False,
-                  soft_wrap=True)
+        err.print(f"[red]agentgym report:[/red] {markup_escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2
     for path in paths:
         out.print(markup_escape(str(path)), highlight=False, soft_wrap=True)

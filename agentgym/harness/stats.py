@@ -15,8 +15,7 @@ from typing import Any
 
 from agentgym.episode import Episode
 
-__all__ = ["FAILURE_CATEGORIES", "breakdown", "failure_category", "pass_at_k", "summarize",
-           "wilson_interval"]
+__all__ = ["FAILURE_CATEGORIES", "breakdown", "failure_category", "pass_at_k", "summarize", "wilson_interval"]
 
 FAILURE_CATEGORIES = ("success", "failed", "max_turns", "invalid_format", "infra_error")
 """What became of an episode (:func:`failure_category`), in the order reports show them."""
@@ -58,8 +57,9 @@ def pass_at_k(episodes: Sequence[Episode], k: int) -> float | None:
     for e in episodes:
         if e.error is None:
             groups[e.group_id].append(e.success)
-    values = [1.0 - math.comb(len(s) - sum(s), k) / math.comb(len(s), k)
-              for s in groups.values() if len(s) >= k]
+    values = [
+        1.0 - math.comb(len(s) - sum(s), k) / math.comb(len(s), k) for s in groups.values() if len(s) >= k
+    ]
     return sum(values) / len(values) if values else None
 
 
@@ -69,7 +69,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def _ks(group_size: int) -> list[int]:
     """1, 2, 4, ... up to ``group_size``, and ``group_size`` itself."""
-    ks = [k for k in (2 ** i for i in range(group_size.bit_length())) if k <= group_size]
+    ks = [k for k in (2**i for i in range(group_size.bit_length())) if k <= group_size]
     return sorted({*ks, group_size}) if group_size >= 1 else []
 
 
@@ -107,8 +107,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
         "mean_turns": _mean([e.num_turns for e in scored]),
         "invalid_action_rate": _mean([1.0 - t.action_valid for t in turns]),
         "response_tokens": sum(len(t.response_ids) for e in episodes for t in e.turns),
-        "mean_response_tokens": _mean([sum(len(t.response_ids) for t in e.turns)
-                                       for e in scored]),
+        "mean_response_tokens": _mean([sum(len(t.response_ids) for t in e.turns) for e in scored]),
         "categories": categories,
         "latency": {
             "generate": _mean([t.timings["generate"] for t in turns if "generate" in t.timings]),
@@ -119,8 +118,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, Any]:
     }
 
 
-def breakdown(episodes: Iterable[Episode], key: Callable[[Episode], str]
-              ) -> dict[str, dict[str, Any]]:
+def breakdown(episodes: Iterable[Episode], key: Callable[[Episode], str]) -> dict[str, dict[str, Any]]:
     """:func:`summarize` of the episodes grouped by ``key(episode)``, keys in sorted order."""
     groups: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes:

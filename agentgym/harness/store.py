@@ -36,15 +36,39 @@ import yaml
 from agentgym.episode import Episode, episode_json
 from agentgym.files import atomic_write
 
-__all__ = ["RESULT_NEUTRAL_KEYS", "RunConfigMismatch", "RunDirError", "RunStore", "config_diff",
-           "entry_of", "read_episodes", "unit_key"]
+__all__ = [
+    "RESULT_NEUTRAL_KEYS",
+    "RunConfigMismatch",
+    "RunDirError",
+    "RunStore",
+    "config_diff",
+    "entry_of",
+    "read_episodes",
+    "unit_key",
+]
 
-RESULT_NEUTRAL_KEYS = frozenset({
-    "concurrency", "progress", "out_dir", "sandbox", "sandbox_warm", "sandbox_sessions",
-    "retries", "max_infra_errors", "report",
-    "policy.base_url", "policy.timeout", "policy.max_retries", "policy.backoff", "policy.server",
-    "policy.api_key_env", "policy.max_concurrency", "policy.max_batch_size", "policy.device",
-})
+RESULT_NEUTRAL_KEYS = frozenset(
+    {
+        "concurrency",
+        "progress",
+        "out_dir",
+        "sandbox",
+        "sandbox_warm",
+        "sandbox_sessions",
+        "retries",
+        "max_infra_errors",
+        "report",
+        "policy.base_url",
+        "policy.timeout",
+        "policy.max_retries",
+        "policy.backoff",
+        "policy.server",
+        "policy.api_key_env",
+        "policy.max_concurrency",
+        "policy.max_batch_size",
+        "policy.device",
+    }
+)
 """Config keys (dotted) that change how a run is executed, not its results: a resumed run may
 change them."""
 
@@ -62,7 +86,8 @@ class RunConfigMismatch(ValueError):
         shown = "; ".join(differences[:8]) + (" ..." if len(differences) > 8 else "")
         super().__init__(
             f"{path} holds a run of a different config ({shown}); refusing to mix their "
-            "episodes: pass another out_dir, or delete that directory to start over")
+            "episodes: pass another out_dir, or delete that directory to start over"
+        )
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -78,10 +103,13 @@ def config_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``"key: old -> new"`` for every dotted key whose value differs, except
     :data:`RESULT_NEUTRAL_KEYS`."""
     a, b = _flatten(old), _flatten(new)
-    return [f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
-            for k in sorted(a.keys() | b.keys())
-            if a.get(k) != b.get(k) and k not in RESULT_NEUTRAL_KEYS
-            and not any(k.startswith(n + ".") for n in RESULT_NEUTRAL_KEYS)]
+    return [
+        f"{k}: {a.get(k, '<unset>')!r} -> {b.get(k, '<unset>')!r}"
+        for k in sorted(a.keys() | b.keys())
+        if a.get(k) != b.get(k)
+        and k not in RESULT_NEUTRAL_KEYS
+        and not any(k.startswith(n + ".") for n in RESULT_NEUTRAL_KEYS)
+    ]
 
 
 def entry_of(episode: Episode) -> str:
@@ -164,8 +192,7 @@ class RunStore:
             probe.write_bytes(b"")
             probe.unlink()
         except OSError as exc:
-            raise RunDirError(f"cannot write the run directory {path}: "
-                              f"{exc.strerror or exc}") from exc
+            raise RunDirError(f"cannot write the run directory {path}: {exc.strerror or exc}") from exc
         previous = path / "config.yaml"
         resumed = None
         if previous.exists():

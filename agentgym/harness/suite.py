@@ -43,11 +43,20 @@ import yaml
 from agentgym.registry import UnknownEnvError, list_envs, manifest
 from agentgym.rollout import Task, default_tasks
 
-__all__ = ["RENAMED_ENTRY_KEYS", "Suite", "SuiteEntry", "SuiteError", "available_suites",
-           "suite_from_config"]
+__all__ = ["RENAMED_ENTRY_KEYS", "Suite", "SuiteEntry", "SuiteError", "available_suites", "suite_from_config"]
 
-_ENTRY_KEYS = {"name", "env", "env_kwargs", "split", "seed", "tasks", "group_size",
-               "max_turns", "task_ids", "games"}
+_ENTRY_KEYS = {
+    "name",
+    "env",
+    "env_kwargs",
+    "split",
+    "seed",
+    "tasks",
+    "group_size",
+    "max_turns",
+    "task_ids",
+    "games",
+}
 _INHERITED = ("env_kwargs", "seed", "tasks", "group_size", "max_turns", "task_ids")
 #: Old names of entry keys: ``{old: new}``.
 RENAMED_ENTRY_KEYS = {"episodes": "tasks"}
@@ -99,8 +108,7 @@ def _folder() -> Any:
 
 def available_suites() -> list[str]:
     """Names of the suites shipped in ``agentgym/conf/suite``."""
-    return sorted(p.name.removesuffix(".yaml") for p in _folder().iterdir()
-                  if p.name.endswith(".yaml"))
+    return sorted(p.name.removesuffix(".yaml") for p in _folder().iterdir() if p.name.endswith(".yaml"))
 
 
 def _entries(raw: Mapping[str, Any], seen: tuple[str, ...] = ()) -> list[Mapping[str, Any]]:
@@ -111,8 +119,9 @@ def _entries(raw: Mapping[str, Any], seen: tuple[str, ...] = ()) -> list[Mapping
     entries: list[Mapping[str, Any]] = []
     for included in raw.get("include") or ():
         if included not in available_suites():
-            raise SuiteError(f"suite {name} includes unknown suite {included!r}; suites: "
-                             f"{', '.join(available_suites())}")
+            raise SuiteError(
+                f"suite {name} includes unknown suite {included!r}; suites: {', '.join(available_suites())}"
+            )
         text = (_folder() / f"{included}.yaml").read_text(encoding="utf-8")
         entries += _entries(yaml.safe_load(text), (*seen, name))
     return entries + list(raw.get("entries") or ())
@@ -130,17 +139,20 @@ def _entry(raw: Mapping[str, Any], defaults: Mapping[str, Any], where: str) -> S
     if unknown:
         near = {k: difflib.get_close_matches(k, sorted(_ENTRY_KEYS), n=1) for k in unknown}
         hints = [f"{k!r} -> {m[0]!r}" for k, m in near.items() if m]
-        raise SuiteError(f"{where}: unknown key(s) {unknown}"
-                         + (f" (did you mean {', '.join(hints)}?)" if hints else "")
-                         + f"; an entry may have {sorted(_ENTRY_KEYS)}")
+        raise SuiteError(
+            f"{where}: unknown key(s) {unknown}"
+            + (f" (did you mean {', '.join(hints)}?)" if hints else "")
+            + f"; an entry may have {sorted(_ENTRY_KEYS)}"
+        )
     env = raw.get("env")
     if not env:
         raise SuiteError(f"{where}: no `env`")
     try:
         kinds = manifest(env).kinds
     except UnknownEnvError:
-        raise SuiteError(f"{where}: unknown env {env!r}; registered: "
-                         f"{', '.join(sorted(list_envs()))}") from None
+        raise SuiteError(
+            f"{where}: unknown env {env!r}; registered: {', '.join(sorted(list_envs()))}"
+        ) from None
     values = {k: raw.get(k, defaults.get(k)) for k in _INHERITED}
     games = raw.get("games")
     multiagent = bool({"aec", "parallel"} & set(kinds))
@@ -152,10 +164,15 @@ def _entry(raw: Mapping[str, Any], defaults: Mapping[str, Any], where: str) -> S
         if not isinstance(values[key], int) or values[key] < 1:
             raise SuiteError(f"{where}: {key} must be an integer >= 1, got {values[key]!r}")
     return SuiteEntry(
-        name=str(raw.get("name") or env), env=env, env_kwargs=dict(values["env_kwargs"] or {}),
-        split=str(raw.get("split", "test")), seed=int(values["seed"]),
-        tasks=values["tasks"], group_size=values["group_size"],
-        max_turns=values["max_turns"], task_ids=tuple(str(t) for t in values["task_ids"] or ()),
+        name=str(raw.get("name") or env),
+        env=env,
+        env_kwargs=dict(values["env_kwargs"] or {}),
+        split=str(raw.get("split", "test")),
+        seed=int(values["seed"]),
+        tasks=values["tasks"],
+        group_size=values["group_size"],
+        max_turns=values["max_turns"],
+        task_ids=tuple(str(t) for t in values["task_ids"] or ()),
         games=bool(games),
     )
 
@@ -169,8 +186,7 @@ def suite_from_config(config: Mapping[str, Any]) -> Suite:
         entries = [_entry({"env": config.get("env")}, config, "env")]
         return Suite(name=entries[0].name.replace("/", "_"), entries=tuple(entries))
     name = str(raw.get("name") or "suite")
-    entries = [_entry(e, config, f"suite {name}, entry {i}")
-               for i, e in enumerate(_entries(raw))]
+    entries = [_entry(e, config, f"suite {name}, entry {i}") for i, e in enumerate(_entries(raw))]
     if not entries:
         raise SuiteError(f"suite {name} has no entries")
     names = [e.name for e in entries]

@@ -19,8 +19,7 @@ import httpx
 from agentgym.http import http_client
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
 
-__all__ = ["SERVER_PORT", "python_in", "server_answers", "server_command", "start_server",
-           "why_gone"]
+__all__ = ["SERVER_PORT", "python_in", "server_answers", "server_command", "start_server", "why_gone"]
 
 SERVER_PORT = 8000
 """The name of the socket the server listens on (not a TCP port)."""
@@ -34,8 +33,14 @@ def python_in(sb: Sandbox) -> str:
 def server_command(sb: Sandbox) -> list[str]:
     """The argv that serves env sessions on ``sb``'s socket for :data:`SERVER_PORT`. Only the
     process that made ``sb`` reaches that socket, so the server takes any kwargs from it."""
-    return [python_in(sb), "-m", "agentgym.server", "--uds", sb.socket_path(SERVER_PORT),
-            "--trust-client-kwargs"]
+    return [
+        python_in(sb),
+        "-m",
+        "agentgym.server",
+        "--uds",
+        sb.socket_path(SERVER_PORT),
+        "--trust-client-kwargs",
+    ]
 
 
 def start_server(sb: Sandbox, *, timeout_s: float = 120.0) -> SandboxProcess:
@@ -84,8 +89,10 @@ def why_gone(sb: Sandbox, process: SandboxProcess, *, wait_s: float = 1.0) -> st
         status = process.poll()
         if status is not None:
             tail = process.logs(2000).decode(errors="replace").strip()
-            return (f"the env server in sandbox {sb.id} ({sb.backend} backend) exited with status "
-                    f"{_status(status)}" + (f"; its log ends:\n{tail}" if tail else ""))
+            return (
+                f"the env server in sandbox {sb.id} ({sb.backend} backend) exited with status "
+                f"{_status(status)}" + (f"; its log ends:\n{tail}" if tail else "")
+            )
         if time.monotonic() > deadline:
             return f"sandbox {sb.id} ({sb.backend} backend) and its env server still run"
         time.sleep(0.02)

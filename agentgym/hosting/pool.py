@@ -89,9 +89,16 @@ class EnvServerPool:
     (sync) context manager; :meth:`close` closes every sandbox, in use or warm.
     """
 
-    def __init__(self, backend: Backend, *, sessions_per_server: int = SESSIONS_PER_SERVER,
-                 warm: int = 0, idle_s: float = 300.0, startup_timeout_s: float = 120.0,
-                 session: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        sessions_per_server: int = SESSIONS_PER_SERVER,
+        warm: int = 0,
+        idle_s: float = 300.0,
+        startup_timeout_s: float = 120.0,
+        session: str | None = None,
+    ) -> None:
         if backend not in ("local", "docker"):
             raise ValueError(f"unknown sandbox backend {backend!r}; choose 'local' or 'docker'")
         if sessions_per_server < 1:
@@ -108,8 +115,9 @@ class EnvServerPool:
         self._processes = weakref.WeakKeyDictionary()
         self._of_env: weakref.WeakKeyDictionary[RemoteEnv, _Server] = weakref.WeakKeyDictionary()
         # reset=False: a released sandbox keeps its server (whose sessions were deleted).
-        self._sandboxes = SandboxPool(warm, idle_s=idle_s, reset=False, setup=self._setup,
-                                      health_check=self._healthy, session=session)
+        self._sandboxes = SandboxPool(
+            warm, idle_s=idle_s, reset=False, setup=self._setup, health_check=self._healthy, session=session
+        )
 
     # --- envs ------------------------------------------------------------------------------------
 
@@ -117,8 +125,9 @@ class EnvServerPool:
         """The sandbox spec that serves ``env_id``; ``UnknownEnvError`` for unknown ids."""
         return SandboxSpec.for_env(env_id, self.backend)
 
-    def make(self, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
-             timeout: float | None = 120.0) -> RemoteEnv:
+    def make(
+        self, env_id: str, kwargs: Mapping[str, Any] | None = None, *, timeout: float | None = 120.0
+    ) -> RemoteEnv:
         """A new env session on a server for ``env_id`` (started here if none has room).
 
         ``timeout``: seconds each call may take (``None``: forever). Raises what
@@ -131,8 +140,9 @@ class EnvServerPool:
         except EnvServerUnavailable:  # its server died unnoticed; now marked broken: once more
             return self._make_once(spec, env_id, kwargs, timeout)
 
-    async def amake(self, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
-                    timeout: float | None = 120.0) -> RemoteEnv:
+    async def amake(
+        self, env_id: str, kwargs: Mapping[str, Any] | None = None, *, timeout: float | None = 120.0
+    ) -> RemoteEnv:
         """Async :meth:`make`; never blocks the event loop on a sandbox's start. Close the env
         with ``aclose`` in the same loop."""
         spec = self.spec(env_id)
@@ -165,8 +175,7 @@ class EnvServerPool:
         """The sandboxes hosting sessions now (started ones only)."""
         with self._lock:
             servers = [s for group in self._servers.values() for s in group]
-        return [s.lease.result() for s in servers
-                if s.lease.done() and s.lease.exception() is None]
+        return [s.lease.result() for s in servers if s.lease.done() and s.lease.exception() is None]
 
     def prewarm(self, env_id: str, *, wait_s: float | None = None) -> None:
         """Start ``warm`` servers for ``env_id`` now; with ``wait_s``, wait until they serve."""
@@ -191,8 +200,10 @@ class EnvServerPool:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"EnvServerPool({self.backend!r}, {len(self.sandboxes())} servers, "
-                f"{'closed' if self.closed else 'open'})")
+        return (
+            f"EnvServerPool({self.backend!r}, {len(self.sandboxes())} servers, "
+            f"{'closed' if self.closed else 'open'})"
+        )
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -255,16 +266,19 @@ class EnvServerPool:
         """The URL and :class:`RemoteEnv` options of a session on ``server``; from here on, the
         env's ``on_close`` ends the reservation."""
         url, uds = parse_endpoint(server.lease.result().endpoint(SERVER_PORT))
-        return url, {"uds": uds, "timeout": timeout, "on_close": partial(self._release, server),
-                     "diagnose": partial(self._diagnose, server)}
+        return url, {
+            "uds": uds,
+            "timeout": timeout,
+            "on_close": partial(self._release, server),
+            "diagnose": partial(self._diagnose, server),
+        }
 
     def _track(self, env: RemoteEnv, server: _Server) -> RemoteEnv:
         with self._lock:
             self._of_env[env] = server
         return env
 
-    def _ready(self, spec: SandboxSpec, timeout: float | None
-               ) -> tuple[_Server, str, dict[str, Any]]:
+    def _ready(self, spec: SandboxSpec, timeout: float | None) -> tuple[_Server, str, dict[str, Any]]:
         """A reservation on a started server of ``spec`` (started here if new), and the
         connection to it (see :meth:`_connection`)."""
         server, new = self._reserve(spec)
@@ -277,8 +291,7 @@ class EnvServerPool:
             self._release(server)
             raise
 
-    async def _aready(self, spec: SandboxSpec, timeout: float | None
-                      ) -> tuple[_Server, str, dict[str, Any]]:
+    async def _aready(self, spec: SandboxSpec, timeout: float | None) -> tuple[_Server, str, dict[str, Any]]:
         server, new = self._reserve(spec)
         try:
             if new:  # the thread finishes the lease even if this task is cancelled meanwhile
@@ -289,13 +302,15 @@ class EnvServerPool:
             self._release(server)
             raise
 
-    def _make_once(self, spec: SandboxSpec, env_id: str, kwargs: Mapping[str, Any] | None,
-                   timeout: float | None) -> RemoteEnv:
+    def _make_once(
+        self, spec: SandboxSpec, env_id: str, kwargs: Mapping[str, Any] | None, timeout: float | None
+    ) -> RemoteEnv:
         server, url, options = self._ready(spec, timeout)
         return self._track(RemoteEnv(url, env_id, kwargs, **options), server)
 
-    async def _amake_once(self, spec: SandboxSpec, env_id: str,
-                          kwargs: Mapping[str, Any] | None, timeout: float | None) -> RemoteEnv:
+    async def _amake_once(
+        self, spec: SandboxSpec, env_id: str, kwargs: Mapping[str, Any] | None, timeout: float | None
+    ) -> RemoteEnv:
         server, url, options = await self._aready(spec, timeout)
         return self._track(await RemoteEnv.acreate(url, env_id, kwargs, **options), server)
 
@@ -314,8 +329,7 @@ def default_pool(backend: Backend) -> EnvServerPool:
         return pool
 
 
-def make_sandboxed(env_id: str, sandbox: Backend | EnvServerPool,
-                   kwargs: Mapping[str, Any]) -> RemoteEnv:
+def make_sandboxed(env_id: str, sandbox: Backend | EnvServerPool, kwargs: Mapping[str, Any]) -> RemoteEnv:
     """``agentgym.make(env_id, sandbox=..., **kwargs)``: a session on a server of ``sandbox``
     (an :class:`EnvServerPool`, or a backend name for its :func:`default_pool`)."""
     pool = sandbox if isinstance(sandbox, EnvServerPool) else default_pool(sandbox)

@@ -13,8 +13,9 @@ import torch
 __all__ = ["budget_batches", "left_pad"]
 
 
-def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def left_pad(
+    sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(ids, attention mask, position ids), each (rows, longest), sequences right-aligned.
 
     Position ids count real tokens only, so a padded sequence sees the positions it would alone.
@@ -23,8 +24,8 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int, device: torch.devi
     ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for row, seq in enumerate(sequences):
-        ids[row, width - len(seq):] = torch.tensor(list(seq), dtype=torch.long)
-        mask[row, width - len(seq):] = 1
+        ids[row, width - len(seq) :] = torch.tensor(list(seq), dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 

@@ -55,9 +55,16 @@ class HFPolicy:
     max_concurrent_batches = 1
     """One model, one batch at a time: the rollout engine queues the rest."""
 
-    def __init__(self, model: str = "smollm2-135m", *, device: str = "auto",
-                 dtype: str = "float32", max_batch_size: int = 16, seed: int | None = None,
-                 module: Any = None):
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        device: str = "auto",
+        dtype: str = "float32",
+        max_batch_size: int = 16,
+        seed: int | None = None,
+        module: Any = None,
+    ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         if dtype not in _DTYPES:
@@ -66,16 +73,21 @@ class HFPolicy:
         if module is not None:
             device = str(next(module.parameters()).device)
         self.device = torch.device(
-            ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+            ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        )
         self.max_batch_size = max_batch_size
         self.policy_version = 0
         """Version of the current weights; whoever replaces them increments it."""
         self.tokenizer: Any = load_tokenizer(model)
         # transformers wraps .to with functools.wraps, whose type leaves ``self`` unbound.
-        self.model: Any = module if module is not None else AutoModelForCausalLM.from_pretrained(
-            resolve_model(model), dtype=_DTYPES[dtype]).to(self.device).eval()  # type: ignore[arg-type]
-        self.eos_ids = torch.tensor(sorted(_eos_ids(self.tokenizer, self.model)),
-                                    device=self.device)
+        self.model: Any = (
+            module
+            if module is not None
+            else AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=_DTYPES[dtype])
+            .to(self.device)  # type: ignore[arg-type]
+            .eval()
+        )
+        self.eos_ids = torch.tensor(sorted(_eos_ids(self.tokenizer, self.model)), device=self.device)
         self.context_length: int = self.model.config.max_position_embeddings
         """Most tokens (prompt + response) one sequence may hold."""
         self._rng = torch.Generator()
@@ -108,10 +120,11 @@ class HFPolicy:
         ids = torch.tensor([prompt_ids + response_ids], device=self.device)
         with self._lock, torch.inference_mode():
             self._check_open()
-            logits = self.model(input_ids=ids, use_cache=False,
-                                logits_to_keep=len(response_ids) + 1).logits[0, :-1]
+            logits = self.model(input_ids=ids, use_cache=False, logits_to_keep=len(response_ids) + 1).logits[
+                0, :-1
+            ]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
-        return logprobs.gather(-1, ids[0, -len(response_ids):, None]).squeeze(-1).tolist()
+        return logprobs.gather(-1, ids[0, -len(response_ids) :, None]).squeeze(-1).tolist()
 
     async def aclose(self) -> None:
         """Free the model (after the running batch, if any); the policy cannot generate
@@ -128,8 +141,7 @@ class HFPolicy:
         if self.model is None:
             raise RuntimeError("HFPolicy is closed")
 
-    def _generate_batch(self, requests: list[GenerationRequest],
-                        cancel: threading.Event) -> list[Generation]:
+    def _generate_batch(self, requests: list[GenerationRequest], cancel: threading.Event) -> list[Generation]:
         # Everything under the lock: the model, the tokenizer and the policy's generator.
         with self._lock, torch.inference_mode():
             self._check_open()
@@ -139,16 +151,23 @@ class HFPolicy:
             self.model.eval()  # a learner's shared model may be in train mode (dropout)
             try:
                 tokens, logprobs, lengths, stopped = self._decode(
-                    prompts, [r.sampling for r in requests], budgets,
-                    self._uniforms(requests, budgets), cancel)
+                    prompts,
+                    [r.sampling for r in requests],
+                    budgets,
+                    self._uniforms(requests, budgets),
+                    cancel,
+                )
             finally:
                 self.model.train(training)
             return [
                 Generation(
-                    text=self._text(tokens[row][:n]), prompt_ids=prompts[row],
-                    response_ids=tokens[row][:n], logprobs=logprobs[row][:n],
+                    text=self._text(tokens[row][:n]),
+                    prompt_ids=prompts[row],
+                    response_ids=tokens[row][:n],
+                    logprobs=logprobs[row][:n],
                     finish_reason="stop" if stopped[row] else "length",
-                    policy_version=self.policy_version)
+                    policy_version=self.policy_version,
+                )
                 for row, n in enumerate(lengths)
             ]
 
@@ -157,26 +176,25 @@ class HFPolicy:
         request's own seed, or from the policy's generator for requests without one."""
         uniforms = torch.zeros(len(requests), max(budgets), dtype=torch.float64)
         for row, (request, budget) in enumerate(zip(requests, budgets)):
-            generator = (self._rng if request.seed is None
-                         else torch.Generator().manual_seed(request.seed))
+            generator = self._rng if request.seed is None else torch.Generator().manual_seed(request.seed)
             uniforms[row, :budget] = torch.rand(budget, generator=generator, dtype=torch.float64)
         return uniforms
 
     def _budget(self, sampling: SamplingParams, prompt_length: int) -> int:
         """Most response tokens for this request: ``max_tokens`` within the context."""
         if sampling.max_tokens < 1 or sampling.temperature < 0 or not 0 < sampling.top_p <= 1:
-            raise ValueError(f"invalid sampling settings {sampling}: need max_tokens >= 1, "
-                             "temperature >= 0 and 0 < top_p <= 1")
+            raise ValueError(
+                f"invalid sampling settings {sampling}: need max_tokens >= 1, "
+                "temperature >= 0 and 0 < top_p <= 1"
+            )
         if prompt_length >= self.context_length:
-            raise ValueError(f"prompt of {prompt_length} tokens fills the context of "
-                             f"{self.context_length}")
+            raise ValueError(f"prompt of {prompt_length} tokens fills the context of {self.context_length}")
         return min(sampling.max_tokens, self.context_length - prompt_length)
 
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def _prefill(self, prompts: list[list[int]]
-                 ) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """Forward pass over the left-padded prompts, each distinct prompt once (a group's
         members often share theirs).
 
@@ -185,8 +203,9 @@ class HFPolicy:
         """
         distinct, index = _unique(prompts)
         ids, mask, positions = left_pad(distinct, self.tokenizer.pad_token_id, self.device)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+        )
         logits, cache = out.logits[:, -1], out.past_key_values
         if len(distinct) < len(prompts):
             rows = torch.tensor(index, device=self.device)
@@ -194,9 +213,14 @@ class HFPolicy:
             logits, mask, positions = logits[rows], mask[rows], positions[rows]
         return logits, cache, mask, positions[:, -1] + 1
 
-    def _decode(self, prompts: list[list[int]], sampling: list[SamplingParams], budgets: list[int],
-                uniforms: torch.Tensor, cancel: threading.Event
-                ) -> tuple[list[list[int]], list[list[float]], list[int], list[bool]]:
+    def _decode(
+        self,
+        prompts: list[list[int]],
+        sampling: list[SamplingParams],
+        budgets: list[int],
+        uniforms: torch.Tensor,
+        cancel: threading.Event,
+    ) -> tuple[list[list[int]], list[list[float]], list[int], list[bool]]:
         """The decode loop over one batch.
 
         Returns, per row: response ids, their raw logprobs (both padded to the longest budget),
@@ -220,13 +244,12 @@ class HFPolicy:
         for step in range(max(budgets)):
             if cancel.is_set():
                 raise asyncio.CancelledError()
-            token, logprob = _sample(logits.float(), temperature[live], top_p[live],
-                                     uniforms[live, step])
+            token, logprob = _sample(logits.float(), temperature[live], top_p[live], uniforms[live, step])
             tokens[live, step], logprobs[live, step], lengths[live] = token, logprob, step + 1
             ended = torch.isin(token, self.eos_ids)
             for i, row in enumerate(live.tolist() if any(stops) else ()):
                 if stops[row] and not ended[i]:
-                    ended[i] = _has_stop(self._text(tokens[row, :step + 1].tolist()), stops[row])
+                    ended[i] = _has_stop(self._text(tokens[row, : step + 1].tolist()), stops[row])
             stopped[live] = ended
             done = ended | (step + 1 >= budget[live])
             if bool(done.all()):
@@ -234,12 +257,15 @@ class HFPolicy:
             if bool(done.any()):
                 keep = (~done).nonzero().squeeze(-1)
                 cache.batch_select_indices(keep)
-                live, mask, next_position, token = (
-                    live[keep], mask[keep], next_position[keep], token[keep])
+                live, mask, next_position, token = (live[keep], mask[keep], next_position[keep], token[keep])
             mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
-            logits = self.model(input_ids=token[:, None], attention_mask=mask,
-                                position_ids=next_position[:, None], past_key_values=cache,
-                                use_cache=True).logits[:, -1]
+            logits = self.model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=next_position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
             next_position = next_position + 1
         return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist()
 
@@ -267,8 +293,9 @@ def _eos_ids(tokenizer: Any, model: Any) -> set[int]:
     return {i for i in ids if i is not None}
 
 
-def _sample(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-            uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _sample(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, uniform: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its raw-model logprob.
 
     ``logits`` (rows, vocab) fp32; ``temperature`` (0 = greedy), ``top_p`` and ``uniform`` (in

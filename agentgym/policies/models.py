@@ -47,8 +47,7 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     # The loaded model is plain fp32; drop the GGUF quantization marks so that it saves as such.
     # from_pretrained sets hf_quantizer; transformers' model type does not declare it.
     model.hf_quantizer = None  # type: ignore[assignment]

@@ -32,8 +32,7 @@ from agentgym.http import (
 )
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
 
-__all__ = ["CHECK_TIMEOUT_S", "OpenAIPolicy", "OpenAIRequestError", "require_served",
-           "served_models"]
+__all__ = ["CHECK_TIMEOUT_S", "OpenAIPolicy", "OpenAIRequestError", "require_served", "served_models"]
 
 #: Upper bound on the one attempt of a ``check`` (seconds): a server that is up answers
 #: its model list at once, even while it generates.
@@ -45,8 +44,9 @@ class OpenAIRequestError(RuntimeError):
     a chat completion."""
 
 
-async def served_models(client: httpx.AsyncClient, path: str, *, timeout: float,
-                        refused: str = "") -> list[dict[str, Any]]:
+async def served_models(
+    client: httpx.AsyncClient, path: str, *, timeout: float, refused: str = ""
+) -> list[dict[str, Any]]:
     """The model list (``data``) of an OpenAI-compatible server from ``GET path``, asked once.
 
     Raises :class:`~agentgym.policy.PolicyUnavailable`, naming the URL and the cause, when
@@ -63,16 +63,17 @@ async def served_models(client: httpx.AsyncClient, path: str, *, timeout: float,
     except httpx.TransportError as exc:
         raise PolicyUnavailable(f"cannot reach {url}: {describe_error(exc)}") from None
     if response.status_code in (401, 403):
-        raise PolicyUnavailable(f"{url} refused the request (HTTP {response.status_code}: "
-                                f"{response.text[:200]}){refused}")
+        raise PolicyUnavailable(
+            f"{url} refused the request (HTTP {response.status_code}: {response.text[:200]}){refused}"
+        )
     if response.status_code >= 400:
-        raise PolicyUnavailable(f"GET {url} failed: HTTP {response.status_code}: "
-                                f"{response.text[:500]}")
+        raise PolicyUnavailable(f"GET {url} failed: HTTP {response.status_code}: {response.text[:500]}")
     try:
         return list(response.json()["data"])
     except (ValueError, KeyError, TypeError):
-        raise PolicyUnavailable(f"GET {url} did not answer an OpenAI model list: "
-                                f"{response.text[:200]!r}") from None
+        raise PolicyUnavailable(
+            f"GET {url} did not answer an OpenAI model list: {response.text[:200]!r}"
+        ) from None
 
 
 def require_served(models: list[dict[str, Any]], model: str, url: str) -> None:
@@ -128,9 +129,18 @@ class OpenAIPolicy:
 
     max_batch_size = 1
 
-    def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
-                 timeout: float = 120.0, max_retries: int = 3, backoff: float = 0.5,
-                 max_concurrency: int = 16, extra_body: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_concurrency: int = 16,
+        extra_body: Mapping[str, Any] | None = None,
+    ):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         self.base_url = base_url.rstrip("/")
@@ -144,14 +154,21 @@ class OpenAIPolicy:
         key = os.environ.get(api_key_env) if api_key_env else None
         self._key = _Secret(key) if key else None
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = PerLoop(lambda: async_http_client(
-            self.base_url, timeout=self.timeout, headers=headers,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
+        self._client = PerLoop(
+            lambda: async_http_client(
+                self.base_url,
+                timeout=self.timeout,
+                headers=headers,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            )
+        )
         self._slots = PerLoop(lambda: asyncio.Semaphore(self.max_concurrency))
 
     def __repr__(self) -> str:
-        return (f"OpenAIPolicy(base_url={self.base_url!r}, model={self.model!r}, "
-                f"api_key_env={self.api_key_env!r}, key_set={self._key is not None})")
+        return (
+            f"OpenAIPolicy(base_url={self.base_url!r}, model={self.model!r}, "
+            f"api_key_env={self.api_key_env!r}, key_set={self._key is not None})"
+        )
 
     @contextlib.contextmanager
     def _redacted(self) -> Iterator[None]:
@@ -179,17 +196,22 @@ class OpenAIPolicy:
         CHECK_TIMEOUT_S)`` seconds: nothing listening fails at once), accepts the key (a 401/403
         names the environment variable) and lists :attr:`model`."""
         with self._redacted():
-            models = await served_models(self._client.get(), "/models",
-                                         timeout=min(self.timeout, CHECK_TIMEOUT_S),
-                                         refused=self._key_hint())
+            models = await served_models(
+                self._client.get(),
+                "/models",
+                timeout=min(self.timeout, CHECK_TIMEOUT_S),
+                refused=self._key_hint(),
+            )
             require_served(models, self.model, f"{self.base_url}/models")
 
     def chat_body(self, request: GenerationRequest) -> dict[str, Any]:
         """The ``/chat/completions`` payload of ``request``."""
         sampling = request.sampling
         body: dict[str, Any] = {
-            "model": self.model, "messages": request.messages,
-            "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
+            "model": self.model,
+            "messages": request.messages,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
             "top_p": sampling.top_p,
         }
         if sampling.stop:
@@ -204,11 +226,13 @@ class OpenAIPolicy:
             choice = data["choices"][0]
             text = choice["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            raise OpenAIRequestError(f"{self.base_url}/chat/completions answered no chat "
-                                     f"completion: {str(data)[:300]!r}") from None
+            raise OpenAIRequestError(
+                f"{self.base_url}/chat/completions answered no chat completion: {str(data)[:300]!r}"
+            ) from None
         logprobs = (choice.get("logprobs") or {}).get("content") or []
         return Generation(
-            text=text, prompt_ids=list(data.get("prompt_token_ids") or []),
+            text=text,
+            prompt_ids=list(data.get("prompt_token_ids") or []),
             response_ids=list(choice.get("token_ids") or []),
             logprobs=[float(token["logprob"]) for token in logprobs],
             finish_reason=choice.get("finish_reason"),
@@ -218,9 +242,15 @@ class OpenAIPolicy:
         with self._redacted():
             async with self._slots.get():
                 data = await request_with_retries(
-                    self._client.get(), "POST", "/chat/completions", self.chat_body(request),
-                    timeout=self.timeout, max_retries=self.max_retries, backoff=self.backoff,
-                    error=OpenAIRequestError)
+                    self._client.get(),
+                    "POST",
+                    "/chat/completions",
+                    self.chat_body(request),
+                    timeout=self.timeout,
+                    max_retries=self.max_retries,
+                    backoff=self.backoff,
+                    error=OpenAIRequestError,
+                )
             return self._generation(data)
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:

@@ -47,15 +47,13 @@ def resolve_act(act: Act | str) -> Act:
     if not sep:
         module_name, _, attr_path = act.rpartition(".")
     if not module_name or not attr_path:
-        raise ValueError(f"ScriptedPolicy act {act!r} is not 'module:function' or "
-                         f"'module.function'")
+        raise ValueError(f"ScriptedPolicy act {act!r} is not 'module:function' or 'module.function'")
     try:
         target: Any = importlib.import_module(module_name)
         for attr in attr_path.split("."):
             target = getattr(target, attr)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"ScriptedPolicy act {act!r} does not import: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise ValueError(f"ScriptedPolicy act {act!r} does not import: {type(exc).__name__}: {exc}") from exc
     if not callable(target):
         raise ValueError(f"ScriptedPolicy act {act!r} is not callable: {target!r}")
     return target

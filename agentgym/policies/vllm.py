@@ -79,8 +79,7 @@ def _cpu_args(model_path: str) -> list[str]:
         config = json.loads((Path(model_path) / "config.json").read_text())
     except (OSError, ValueError):  # a hub id, or no model at all: vLLM reports it
         config = {}
-    length = min(int(config.get("max_position_embeddings", _CPU_MAX_MODEL_LEN)),
-                 _CPU_MAX_MODEL_LEN)
+    length = min(int(config.get("max_position_embeddings", _CPU_MAX_MODEL_LEN)), _CPU_MAX_MODEL_LEN)
     return [*_CPU_ARGS, "--max-model-len", str(length), "--max-num-batched-tokens", str(length)]
 
 
@@ -100,10 +99,19 @@ class VLLMServer:
     ``env`` adds environment variables for the server (e.g. ``VLLM_SERVER_DEV_MODE=1``).
     """
 
-    def __init__(self, model: str = "smollm2-135m", *, port: int | None = None,
-                 dtype: str = "float32", enable_lora: bool = False, max_lora_rank: int = 8,
-                 extra_args: Sequence[str] = (), log_path: str | os.PathLike[str] | None = None,
-                 startup_timeout: float = 300.0, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        port: int | None = None,
+        dtype: str = "float32",
+        enable_lora: bool = False,
+        max_lora_rank: int = 8,
+        extra_args: Sequence[str] = (),
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 300.0,
+        env: Mapping[str, str] | None = None,
+    ):
         self.model_name = model
         self.port = port or _free_port()
         self.dtype = dtype
@@ -130,10 +138,23 @@ class VLLMServer:
     def command(self) -> list[str]:
         """The server's command line."""
         path = resolve_model(self.model_name)
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-               "--model", path, "--served-model-name", self.model_name,
-               "--host", "127.0.0.1", "--port", str(self.port), "--dtype", self.dtype,
-               "--generation-config", "vllm"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            path,
+            "--served-model-name",
+            self.model_name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            self.dtype,
+            "--generation-config",
+            "vllm",
+        ]
         if not _cuda_available():
             cmd += _cpu_args(path)
         if self.enable_lora:
@@ -151,8 +172,11 @@ class VLLMServer:
             raise RuntimeError("VLLMServer already started")
         command = self.command()  # resolves (maybe converts) the model before anything runs
         self._server = ManagedProcess(
-            command, name=f"vLLM server for {self.model_name!r} on port {self.port}",
-            log_path=self.log_path, env=self._environment())
+            command,
+            name=f"vLLM server for {self.model_name!r} on port {self.port}",
+            log_path=self.log_path,
+            env=self._environment(),
+        )
         return self._server.start()
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
@@ -164,8 +188,7 @@ class VLLMServer:
         stderr that it starts (a minute or more on a CPU) and when it is ready."""
         started = self._announce()
         try:
-            self._spawn().wait_ready(self.base_url, timeout=self.startup_timeout,
-                                     interval=_HEALTH_POLL_S)
+            self._spawn().wait_ready(self.base_url, timeout=self.startup_timeout, interval=_HEALTH_POLL_S)
         except ProcessStartError as exc:
             raise VLLMServerError(str(exc)) from None
         return self._ready(started)
@@ -174,21 +197,30 @@ class VLLMServer:
         """:meth:`start` without blocking the event loop."""
         started = self._announce()
         try:
-            await self._spawn().await_ready(self.base_url, timeout=self.startup_timeout,
-                                            interval=_HEALTH_POLL_S)
+            await self._spawn().await_ready(
+                self.base_url, timeout=self.startup_timeout, interval=_HEALTH_POLL_S
+            )
         except ProcessStartError as exc:
             raise VLLMServerError(str(exc)) from None
         return self._ready(started)
 
     def _announce(self) -> float:
-        _status.print(f"agentgym: starting a vLLM server for {self.model_name!r} on port "
-                      f"{self.port} (up to {self.startup_timeout:g} s; log: {self.log_path})",
-                      highlight=False, markup=False, soft_wrap=True)
+        _status.print(
+            f"agentgym: starting a vLLM server for {self.model_name!r} on port "
+            f"{self.port} (up to {self.startup_timeout:g} s; log: {self.log_path})",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         return time.monotonic()
 
     def _ready(self, started: float) -> VLLMServer:
-        _status.print(f"agentgym: vLLM server ready after {time.monotonic() - started:.0f} s",
-                      highlight=False, markup=False, soft_wrap=True)
+        _status.print(
+            f"agentgym: vLLM server ready after {time.monotonic() - started:.0f} s",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
         return self
 
     def stop(self, grace: float = 10.0) -> None:
@@ -246,9 +278,17 @@ class VLLMPolicy:
 
     max_batch_size = 1
 
-    def __init__(self, base_url: str, model: str = "smollm2-135m", *,
-                 served_model: str | None = None, timeout: float = 120.0, max_retries: int = 3,
-                 backoff: float = 0.5, lora: str | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        model: str = "smollm2-135m",
+        *,
+        served_model: str | None = None,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        lora: str | None = None,
+    ):
         self.base_url = base_url.rstrip("/")
         self.tokenizer = load_tokenizer(model)
         self.served_model = served_model
@@ -261,19 +301,36 @@ class VLLMPolicy:
         """Incremented by every :meth:`load_lora` (a weight push)."""
         self.server: VLLMServer | None = None
         """The server this policy launched and stops in :meth:`aclose` (see :meth:`launch`)."""
-        self._client = PerLoop(lambda: async_http_client(
-            self.base_url, timeout=self.timeout,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None)))
+        self._client = PerLoop(
+            lambda: async_http_client(
+                self.base_url,
+                timeout=self.timeout,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            )
+        )
 
     @classmethod
-    def launch(cls, model: str = "smollm2-135m", *, timeout: float = 120.0,
-               max_retries: int = 3, backoff: float = 0.5, **server_kwargs: Any) -> VLLMPolicy:
+    def launch(
+        cls,
+        model: str = "smollm2-135m",
+        *,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        **server_kwargs: Any,
+    ) -> VLLMPolicy:
         """Start a local :class:`VLLMServer` (blocking, ~40 s on CPU) and return a policy that
         owns it: :meth:`aclose` stops it."""
         server = VLLMServer(model, **server_kwargs).start()
         try:
-            policy = cls(server.base_url, model, served_model=server.model_name, timeout=timeout,
-                         max_retries=max_retries, backoff=backoff)
+            policy = cls(
+                server.base_url,
+                model,
+                served_model=server.model_name,
+                timeout=timeout,
+                max_retries=max_retries,
+                backoff=backoff,
+            )
         except BaseException:
             server.stop()
             raise
@@ -283,9 +340,16 @@ class VLLMPolicy:
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         """The answer of one call (parsed JSON, or text for other content types), with the
         retry and timeout rules of the class."""
-        return await request_with_retries(self._client.get(), method, path, body,
-                                          timeout=self.timeout, max_retries=self.max_retries,
-                                          backoff=self.backoff, error=VLLMRequestError)
+        return await request_with_retries(
+            self._client.get(),
+            method,
+            path,
+            body,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            error=VLLMRequestError,
+        )
 
     async def base_model(self) -> str:
         """The served name of the base model (asked from ``/v1/models`` once if not given)."""
@@ -302,29 +366,38 @@ class VLLMPolicy:
         server that is down fails at once) and serves the model requests use: the adapter
         :attr:`lora` when set, else ``served_model``, else some base model."""
         url = f"{self.base_url}/v1/models"
-        models = await served_models(self._client.get(), "/v1/models",
-                                     timeout=min(self.timeout, CHECK_TIMEOUT_S))
+        models = await served_models(
+            self._client.get(), "/v1/models", timeout=min(self.timeout, CHECK_TIMEOUT_S)
+        )
         model = self.lora or self.served_model or _first_base(models)
         if model is None:
             raise PolicyUnavailable(f"{url} lists no base model")
         require_served(models, model, url)
 
-    def completion_body(self, prompt_ids: list[int], request: GenerationRequest,
-                        model: str) -> dict[str, Any]:
+    def completion_body(
+        self, prompt_ids: list[int], request: GenerationRequest, model: str
+    ) -> dict[str, Any]:
         """The ``/v1/completions`` payload of ``request`` with the given prompt ids."""
         sampling = request.sampling
         return {
-            "model": model, "prompt": prompt_ids, "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature, "top_p": sampling.top_p,
-            "stop": list(sampling.stop), "include_stop_str_in_output": True,
-            "seed": request.seed, "logprobs": 0, "return_token_ids": True,
+            "model": model,
+            "prompt": prompt_ids,
+            "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "stop": list(sampling.stop),
+            "include_stop_str_in_output": True,
+            "seed": request.seed,
+            "logprobs": 0,
+            "return_token_ids": True,
         }
 
     async def _complete(self, request: GenerationRequest) -> Generation:
         prompt_ids = encode_chat(self.tokenizer, request.messages)
         model = self.lora or await self.base_model()
-        data = await self._request("POST", "/v1/completions",
-                                   self.completion_body(prompt_ids, request, model))
+        data = await self._request(
+            "POST", "/v1/completions", self.completion_body(prompt_ids, request, model)
+        )
         return self._generation(prompt_ids, data["choices"][0])
 
     def _generation(self, prompt_ids: list[int], choice: dict[str, Any]) -> Generation:
@@ -337,12 +410,14 @@ class VLLMPolicy:
             raise VLLMRequestError(f"{url} reports prompt ids that differ from those sent")
         logprobs = [float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs", [])]
         if len(logprobs) != len(response_ids):
-            raise VLLMRequestError(f"{url} returned {len(logprobs)} logprobs for "
-                                   f"{len(response_ids)} tokens")
+            raise VLLMRequestError(f"{url} returned {len(logprobs)} logprobs for {len(response_ids)} tokens")
         return Generation(
             text=self.tokenizer.decode(response_ids, skip_special_tokens=True),
-            prompt_ids=prompt_ids, response_ids=list(response_ids), logprobs=logprobs,
-            finish_reason=choice.get("finish_reason"), policy_version=self.policy_version,
+            prompt_ids=prompt_ids,
+            response_ids=list(response_ids),
+            logprobs=logprobs,
+            finish_reason=choice.get("finish_reason"),
+            policy_version=self.policy_version,
         )
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
@@ -354,8 +429,9 @@ class VLLMPolicy:
         following requests; increments :attr:`policy_version`. The server needs
         ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``. Push new weights from a
         new path: the server's prefix cache is keyed by adapter name and path, not by weights."""
-        await self._request("POST", "/v1/load_lora_adapter",
-                            {"lora_name": name, "lora_path": str(path), "load_inplace": True})
+        await self._request(
+            "POST", "/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path), "load_inplace": True}
+        )
         self.lora = name
         self.policy_version += 1
 
@@ -364,8 +440,9 @@ class VLLMPolicy:
         (same architecture) without restarting, and drop the prefix cache; increments
         :attr:`policy_version`. The server needs ``VLLM_SERVER_DEV_MODE=1`` (RECIPES: full
         weight sync)."""
-        await self._request("POST", "/collective_rpc",
-                            {"method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+        await self._request(
+            "POST", "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        )
         await self._request("POST", "/reset_prefix_cache")
         self.policy_version += 1
 
@@ -385,8 +462,13 @@ class VLLMPolicy:
             self.server = None
 
 
-def vllm_policy(base_url: str | None = None, model: str = "smollm2-135m", *,
-                server: Mapping[str, Any] | None = None, **policy_kwargs: Any) -> VLLMPolicy:
+def vllm_policy(
+    base_url: str | None = None,
+    model: str = "smollm2-135m",
+    *,
+    server: Mapping[str, Any] | None = None,
+    **policy_kwargs: Any,
+) -> VLLMPolicy:
     """Hydra entry point: a :class:`VLLMPolicy` on ``base_url``, or, when it is None, on a local
     server launched with the :class:`VLLMServer` keyword arguments ``server`` (stopped by
     ``aclose``)."""

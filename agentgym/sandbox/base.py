@@ -49,6 +49,7 @@ def host_dir_root() -> Path:
     that the bind-mount sources it hands to the daemon are host paths that it sees too."""
     return Path(os.environ.get(ROOT_ENV) or tempfile.gettempdir())
 
+
 READ_FILE_MAX_BYTES = 64 << 20
 
 
@@ -80,8 +81,13 @@ class ExecResult:
         """``self`` if :attr:`ok`, else raise :class:`ExecError` with the cause and stderr's tail."""
         if self.ok:
             return self
-        cause = ("timed out" if self.timed_out else "output over the cap" if self.truncated
-                 else f"exit status {self.returncode}")
+        cause = (
+            "timed out"
+            if self.timed_out
+            else "output over the cap"
+            if self.truncated
+            else f"exit status {self.returncode}"
+        )
         tail = self.stderr[-2000:].decode(errors="replace")
         raise ExecError(f"command failed ({cause}) after {self.duration_s:.2f} s; stderr:\n{tail}")
 
@@ -215,9 +221,15 @@ class Sandbox(abc.ABC):
     # --- running things --------------------------------------------------------------------
 
     @abc.abstractmethod
-    def exec(self, argv: Sequence[str], *, timeout_s: float | None = None,
-             max_output_bytes: int | None = None, stdin: bytes | None = None,
-             env: Mapping[str, str] | None = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
         """Run ``argv`` in :attr:`workdir` and collect its output.
 
         ``timeout_s`` (default ``limits.wall_timeout_s``) and ``max_output_bytes`` (default
@@ -248,8 +260,9 @@ class Sandbox(abc.ABC):
         self._require_started()
         return f"unix:{self._mounts[self.socket_dir] / f'{port}.sock'}"
 
-    def wait_for_endpoint(self, port: int | str, *, timeout_s: float = 30.0,
-                          process: SandboxProcess | None = None) -> str:
+    def wait_for_endpoint(
+        self, port: int | str, *, timeout_s: float = 30.0, process: SandboxProcess | None = None
+    ) -> str:
         """Block until something accepts connections on :meth:`socket_path`; the endpoint.
 
         With ``process``, fail early (with its log tail) if it exits first. Raises
@@ -330,8 +343,10 @@ class Sandbox(abc.ABC):
             raise SandboxError(f"sandbox {self.id} is not started: call start() first")
 
     def _exec_defaults(self, timeout_s: float | None, max_output_bytes: int | None) -> tuple[float, int]:
-        return (self.limits.wall_timeout_s if timeout_s is None else timeout_s,
-                self.limits.max_output_bytes if max_output_bytes is None else max_output_bytes)
+        return (
+            self.limits.wall_timeout_s if timeout_s is None else timeout_s,
+            self.limits.max_output_bytes if max_output_bytes is None else max_output_bytes,
+        )
 
     def _base_env(self) -> dict[str, str]:
         """Environment of every command (plus ``PATH`` where the backend sets one)."""
@@ -354,8 +369,10 @@ class Sandbox(abc.ABC):
         for d in dirs.values():
             d.mkdir()
         if len(str(dirs.get("run", self.host_dir))) > 80:
-            raise SandboxError(f"{self.host_dir} is too long for Unix socket paths (108 bytes): "
-                               f"set {ROOT_ENV} (or TMPDIR) to a shorter directory")
+            raise SandboxError(
+                f"{self.host_dir} is too long for Unix socket paths (108 bytes): "
+                f"set {ROOT_ENV} (or TMPDIR) to a shorter directory"
+            )
         return dirs
 
     def _remove_host_dir(self) -> None:
@@ -377,7 +394,7 @@ class Sandbox(abc.ABC):
         controls those directories: a symlink there must not lead the host elsewhere)."""
         for inside, host in self._mounts.items():  # noqa: B007 - host is used after the loop
             if path.startswith(inside.rstrip("/") + "/"):
-                parts = path[len(inside.rstrip("/")) + 1:].split("/")
+                parts = path[len(inside.rstrip("/")) + 1 :].split("/")
                 break
         else:
             raise _NotOnHost
@@ -429,15 +446,17 @@ def _raise_for_cat(result: ExecResult, path: str) -> None:
     if result.ok:
         return
     err = result.stderr.decode(errors="replace")
-    for marker, exc_type, code in (("No such file", FileNotFoundError, errno.ENOENT),
-                                   ("Directory nonexistent", FileNotFoundError, errno.ENOENT),
-                                   ("Not a directory", NotADirectoryError, errno.ENOTDIR),
-                                   ("File name too long", OSError, errno.ENAMETOOLONG),
-                                   ("No space left", OSError, errno.ENOSPC),
-                                   ("Permission denied", PermissionError, errno.EACCES),
-                                   ("Read-only file system", PermissionError, errno.EROFS),
-                                   ("Is a directory", IsADirectoryError, errno.EISDIR),
-                                   ("File exists", FileExistsError, errno.EEXIST)):
+    for marker, exc_type, code in (
+        ("No such file", FileNotFoundError, errno.ENOENT),
+        ("Directory nonexistent", FileNotFoundError, errno.ENOENT),
+        ("Not a directory", NotADirectoryError, errno.ENOTDIR),
+        ("File name too long", OSError, errno.ENAMETOOLONG),
+        ("No space left", OSError, errno.ENOSPC),
+        ("Permission denied", PermissionError, errno.EACCES),
+        ("Read-only file system", PermissionError, errno.EROFS),
+        ("Is a directory", IsADirectoryError, errno.EISDIR),
+        ("File exists", FileExistsError, errno.EEXIST),
+    ):
         if marker in err:
             raise exc_type(code, marker, path)
     raise SandboxError(f"file access to {path} failed ({result.returncode}): {err.strip()}")

@@ -20,7 +20,7 @@ class OutputCapture:
         stream has gone over the cap (the caller should then stop the command)."""
         buf = self._streams[stream]
         room = self.cap - len(buf)
-        buf += data[:max(room, 0)]
+        buf += data[: max(room, 0)]
         if len(data) > room:
             self.truncated = True
         return not self.truncated

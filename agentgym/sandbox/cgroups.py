@@ -60,8 +60,9 @@ class Cgroups:
             # Inside another sandbox /sys/fs/cgroup may be a plain directory (or missing):
             # making directories there would make no groups.
             if not (parent.parent / "cgroup.procs").is_file():
-                raise OSError(errno.ENOENT, f"no writable cgroup v1 {controller} hierarchy "
-                                            f"at {parent.parent}")
+                raise OSError(
+                    errno.ENOENT, f"no writable cgroup v1 {controller} hierarchy at {parent.parent}"
+                )
         group = cls({})
         try:
             for controller, d in dirs.items():

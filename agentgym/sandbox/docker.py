@@ -63,8 +63,7 @@ from agentgym.sandbox.daemon import docker_client
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
 
-__all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_client",
-           "remove_containers"]
+__all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_client", "remove_containers"]
 
 LABEL = "agentgym.sandbox"
 _CHUNK = 1 << 16
@@ -124,8 +123,15 @@ class DockerSandbox(Sandbox):
     backend = "docker"
     KILL_FIFO = ".kill"  # in the socket dir: process groups for the container's killer
 
-    def __init__(self, image: str, limits: SandboxLimits | None = None, *,
-                 session: str | None = None, user: str | None = None, client: Any = None) -> None:
+    def __init__(
+        self,
+        image: str,
+        limits: SandboxLimits | None = None,
+        *,
+        session: str | None = None,
+        user: str | None = None,
+        client: Any = None,
+    ) -> None:
         super().__init__(limits, session=session)
         self.image = image
         self.user = user or f"{os.getuid()}:{os.getgid()}"
@@ -140,10 +146,14 @@ class DockerSandbox(Sandbox):
 
     def labels(self) -> dict[str, str]:
         """The labels put on the container."""
-        labels = {LABEL: "1", "agentgym.owner.pid": str(self.owner.pid),
-                  "agentgym.owner.start": str(self.owner.start),
-                  "agentgym.owner.host": self.owner.host,
-                  "agentgym.created": f"{time.time():.3f}", "agentgym.hostdir": str(self.host_dir)}
+        labels = {
+            LABEL: "1",
+            "agentgym.owner.pid": str(self.owner.pid),
+            "agentgym.owner.start": str(self.owner.start),
+            "agentgym.owner.host": self.owner.host,
+            "agentgym.created": f"{time.time():.3f}",
+            "agentgym.hostdir": str(self.host_dir),
+        }
         if self.session is not None:
             labels["agentgym.session"] = self.session
         if self.owner.container is not None:
@@ -164,28 +174,41 @@ class DockerSandbox(Sandbox):
         os.mkfifo(dirs["run"] / self.KILL_FIFO, 0o600)
         mem = self.limits.memory_bytes
         host_config = api.create_host_config(
-            init=True, auto_remove=True, read_only=True,
+            init=True,
+            auto_remove=True,
+            read_only=True,
             network_mode=None if self.limits.network else "none",
-            mem_limit=mem, memswap_limit=mem, pids_limit=self.limits.pids,
+            mem_limit=mem,
+            memswap_limit=mem,
+            pids_limit=self.limits.pids,
             nano_cpus=int(self.limits.cpus * 1e9),
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={mem},mode=1777"},
             binds={str(host): {"bind": inside, "mode": "rw"} for inside, host in self._mounts.items()},
-            cap_drop=["ALL"], **(NESTING if self.limits.nested else PLAIN),
+            cap_drop=["ALL"],
+            **(NESTING if self.limits.nested else PLAIN),
         )
         if self.limits.nested:  # `docker run --security-opt systempaths=unconfined`
             host_config.update(MaskedPaths=[], ReadonlyPaths=[])
         try:
             created = api.create_container(
-                self.image, entrypoint=["sh", "-c", _KILLER, f"{self.SOCKET_DIR}/{self.KILL_FIFO}"],
-                command=[], name=f"agentgym-{self.id}",
-                user=self.user, working_dir=self.WORKDIR, environment=self._base_env(),
-                labels=self.labels(), host_config=host_config, network_disabled=not self.limits.network)
+                self.image,
+                entrypoint=["sh", "-c", _KILLER, f"{self.SOCKET_DIR}/{self.KILL_FIFO}"],
+                command=[],
+                name=f"agentgym-{self.id}",
+                user=self.user,
+                working_dir=self.WORKDIR,
+                environment=self._base_env(),
+                labels=self.labels(),
+                host_config=host_config,
+                network_disabled=not self.limits.network,
+            )
             self.container_id = created["Id"]
             api.start(self.container_id)
         except errors.ImageNotFound as exc:
             self._cleanup()
-            raise SandboxError(f"image {self.image!r} not found: build it with "
-                               f"`{build_command(self.image)}` first") from exc
+            raise SandboxError(
+                f"image {self.image!r} not found: build it with `{build_command(self.image)}` first"
+            ) from exc
         except errors.DockerException as exc:
             self._cleanup()
             raise SandboxError(f"cannot start a container from {self.image!r}: {exc}") from exc
@@ -213,22 +236,31 @@ class DockerSandbox(Sandbox):
             return f"sandbox {self.id} is dead: its container is gone (killed or removed)"
         if state.get("Running"):
             return None
-        return (f"sandbox {self.id} is dead: container {state.get('Status')}, exit code "
-                f"{state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}")
+        return (
+            f"sandbox {self.id} is dead: container {state.get('Status')}, exit code "
+            f"{state.get('ExitCode')}, OOM-killed {state.get('OOMKilled')}"
+        )
 
     def _dead(self) -> SandboxDeadError:
         """The error for a container that is no longer running, saying what happened to it."""
-        return SandboxDeadError(self.death() or f"sandbox {self.id} is dead: its container "
-                                "stopped running")
+        return SandboxDeadError(self.death() or f"sandbox {self.id} is dead: its container stopped running")
 
-    def _exec_create(self, cmd: Sequence[str], env: Mapping[str, str] | None, *,
-                     attach: bool, stdin: bool = False) -> str:
+    def _exec_create(
+        self, cmd: Sequence[str], env: Mapping[str, str] | None, *, attach: bool, stdin: bool = False
+    ) -> str:
         self._require_started()
         errors = _errors()
         try:
-            return self._api.exec_create(self.container_id, list(cmd), stdout=attach, stderr=attach,
-                                         stdin=stdin, environment=dict(env or {}),
-                                         workdir=self.WORKDIR, user=self.user)["Id"]
+            return self._api.exec_create(
+                self.container_id,
+                list(cmd),
+                stdout=attach,
+                stderr=attach,
+                stdin=stdin,
+                environment=dict(env or {}),
+                workdir=self.WORKDIR,
+                user=self.user,
+            )["Id"]
         except errors.NotFound:
             raise self._dead() from None
         except errors.APIError as exc:
@@ -251,19 +283,27 @@ class DockerSandbox(Sandbox):
             time.sleep(0.01)
         if not pid:
             return
-        if _write_fifo(self._mounts[self.SOCKET_DIR] / self.KILL_FIFO, f"{pid}\n".encode(),
-                       deadline=time.monotonic() + 1.0):
+        if _write_fifo(
+            self._mounts[self.SOCKET_DIR] / self.KILL_FIFO,
+            f"{pid}\n".encode(),
+            deadline=time.monotonic() + 1.0,
+        ):
             return
         try:
-            exec_id = self._exec_create(["sh", "-c", 'kill -s KILL -- "-$1"', "sh", pid], None,
-                                        attach=False)
+            exec_id = self._exec_create(["sh", "-c", 'kill -s KILL -- "-$1"', "sh", pid], None, attach=False)
             self._api.exec_start(exec_id, detach=True)  # the caller drains the output meanwhile
         except SandboxDeadError:
             pass  # the container is gone, and the group with it
 
-    def exec(self, argv: Sequence[str], *, timeout_s: float | None = None,
-             max_output_bytes: int | None = None, stdin: bytes | None = None,
-             env: Mapping[str, str] | None = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
         if not argv:
             raise ValueError("argv must not be empty")
         timeout_s, cap = self._exec_defaults(timeout_s, max_output_bytes)
@@ -279,8 +319,13 @@ class DockerSandbox(Sandbox):
                 raise (self._dead() if not self.alive() else SandboxError(str(exc))) from exc
             sock: socket.socket = getattr(stream, "_sock", stream)
             try:
-                outcome = _collect(sock, stdin, t0 + timeout_s, capture,
-                                   lambda: bool(self._api.exec_inspect(exec_id)["Running"]))
+                outcome = _collect(
+                    sock,
+                    stdin,
+                    t0 + timeout_s,
+                    capture,
+                    lambda: bool(self._api.exec_inspect(exec_id)["Running"]),
+                )
                 if outcome != "eof":  # timed out, over the cap, or children hold the output
                     self._kill_group(pid_host)
                     _drain(sock, timeout_s=2.0)
@@ -297,8 +342,14 @@ class DockerSandbox(Sandbox):
             returncode = self._exit_code(exec_id)
         finally:
             pid_host.unlink(missing_ok=True)
-        return ExecResult(returncode, capture.stdout, capture.stderr, outcome == "timeout",
-                          capture.truncated, time.monotonic() - t0)
+        return ExecResult(
+            returncode,
+            capture.stdout,
+            capture.stderr,
+            outcome == "timeout",
+            capture.truncated,
+            time.monotonic() - t0,
+        )
 
     def _exit_code(self, exec_id: str, wait_s: float = 2.0) -> int | None:
         deadline = time.monotonic() + wait_s
@@ -326,10 +377,12 @@ class DockerSandbox(Sandbox):
 
     def reset(self) -> None:
         # Kill everything but Docker's init (pid 1), the `sleep` it guards, and this shell.
-        script = ('keep=" 1 $$ $(cat /proc/1/task/1/children 2>/dev/null) "; '
-                  'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$keep" in *" $p "*) ;; '
-                  '*) kill -s KILL "$p" 2>/dev/null;; esac; done; '
-                  'rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; true')
+        script = (
+            'keep=" 1 $$ $(cat /proc/1/task/1/children 2>/dev/null) "; '
+            'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$keep" in *" $p "*) ;; '
+            '*) kill -s KILL "$p" 2>/dev/null;; esac; done; '
+            "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; true"
+        )
         self.exec(["sh", "-c", script], timeout_s=30).check()
         self._clear_host_dirs()
 
@@ -380,7 +433,8 @@ def _require_shared_root(api: Any, root: Path) -> None:
         f"this process runs in container {container[:12]}, where the sandboxes' host directories "
         f"({root}) are not a host directory mounted at the same path, so sibling containers "
         f"cannot share them: start it with `-v $D:$D -e {ROOT_ENV}=$D` for a host directory $D "
-        "(see containers/harness/Dockerfile)")
+        "(see containers/harness/Dockerfile)"
+    )
 
 
 # The container's main process: reads process-group ids from a FIFO and SIGKILLs each group.
@@ -414,8 +468,13 @@ def _read_pid(path: Path) -> str | None:
     return pid if pid.isdigit() else None
 
 
-def _collect(sock: socket.socket, stdin: bytes | None, deadline: float, capture: OutputCapture,
-             running: Callable[[], bool]) -> str:
+def _collect(
+    sock: socket.socket,
+    stdin: bytes | None,
+    deadline: float,
+    capture: OutputCapture,
+    running: Callable[[], bool],
+) -> str:
     """Send ``stdin`` and demultiplex Docker's attach stream (8-byte frame headers: stream,
     0, 0, 0, big-endian length) into ``capture``. Returns why it stopped: ``"eof"``,
     ``"timeout"``, ``"cap"``, or ``"exited"`` (the command ended while something it started
@@ -440,7 +499,7 @@ def _collect(sock: socket.socket, stdin: bytes | None, deadline: float, capture:
             _, mask = ready[0]
             if mask & selectors.EVENT_WRITE:
                 try:
-                    pending = pending[sock.send(pending[:_CHUNK]):]
+                    pending = pending[sock.send(pending[:_CHUNK]) :]
                 except BlockingIOError:
                     pass
                 if not pending:
@@ -458,8 +517,8 @@ def _collect(sock: socket.socket, stdin: bytes | None, deadline: float, capture:
                     stream, size = buf[0], struct.unpack(">I", buf[4:8])[0]
                     if len(buf) < 8 + size:
                         break
-                    payload = bytes(buf[8:8 + size])
-                    del buf[:8 + size]
+                    payload = bytes(buf[8 : 8 + size])
+                    del buf[: 8 + size]
                     if stream in (1, 2) and not capture.feed(stream, payload):
                         return "cap"
 
@@ -484,13 +543,22 @@ def _drain(sock: socket.socket, timeout_s: float) -> None:
 
 
 def _owner_of(labels: Mapping[str, str]) -> Owner:
-    return Owner(int(labels.get("agentgym.owner.pid", "0")), int(labels.get("agentgym.owner.start", "0")),
-                 labels.get("agentgym.owner.host", ""), labels.get("agentgym.owner.container"))
+    return Owner(
+        int(labels.get("agentgym.owner.pid", "0")),
+        int(labels.get("agentgym.owner.start", "0")),
+        labels.get("agentgym.owner.host", ""),
+        labels.get("agentgym.owner.container"),
+    )
 
 
-def remove_containers(*, older_than_s: float = 0.0, only_dead_owners: bool = True,
-                      owner: Owner | None = None, session: str | None = None,
-                      client: Any = None) -> list[str]:
+def remove_containers(
+    *,
+    older_than_s: float = 0.0,
+    only_dead_owners: bool = True,
+    owner: Owner | None = None,
+    session: str | None = None,
+    client: Any = None,
+) -> list[str]:
     """Force-remove sandbox containers (label ``agentgym.sandbox=1``) and their host directories.
 
     Selects those created at least ``older_than_s`` ago; with ``only_dead_owners``, only those
@@ -553,6 +621,6 @@ def _remove_mine() -> None:
     try:
         remove_containers(owner=current_owner(), only_dead_owners=False)
     except Exception as exc:
-        warnings.warn(f"removing this process's sandbox containers at exit failed: {exc}",
-                      SandboxWarning, stacklevel=1)
-
+        warnings.warn(
+            f"removing this process's sandbox containers at exit failed: {exc}", SandboxWarning, stacklevel=1
+        )

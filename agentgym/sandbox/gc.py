@@ -37,8 +37,12 @@ class GcReport:
     skipped: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
-        lines = [(f"removed {len(self.containers)} container(s), {len(self.dirs)} host dir(s), "
-                  f"{len(self.cgroups)} cgroup(s)")]
+        lines = [
+            (
+                f"removed {len(self.containers)} container(s), {len(self.dirs)} host dir(s), "
+                f"{len(self.cgroups)} cgroup(s)"
+            )
+        ]
         lines += [f"  container {c}" for c in self.containers]
         lines += [f"  dir {d}" for d in self.dirs]
         lines += [f"  cgroup {g}" for g in self.cgroups]
@@ -52,8 +56,9 @@ def _doomed(owner: Owner | None, age_s: float, older_than_s: float, only_dead_ow
     return not (only_dead_owners and owner_alive(owner))
 
 
-def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool = True,
-       local: bool = True) -> GcReport:
+def gc(
+    *, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool = True, local: bool = True
+) -> GcReport:
     """Remove leftover sandboxes: containers, host directories and cgroups.
 
     Args:
@@ -67,16 +72,16 @@ def gc(*, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool
     report = GcReport()
     if docker:
         try:
-            report.containers = remove_containers(older_than_s=older_than_s,
-                                                  only_dead_owners=only_dead_owners)
+            report.containers = remove_containers(
+                older_than_s=older_than_s, only_dead_owners=only_dead_owners
+            )
         except SandboxError as exc:
             report.skipped.append(f"docker: {exc}")
     if local:
         now = time.time()
         for path in sorted(host_dir_root().glob(f"{HOST_DIR_PREFIX}*")):
-            owner = Owner.from_tag(path.name[len(HOST_DIR_PREFIX):])
-            if path.is_dir() and _doomed(owner, now - path.stat().st_mtime, older_than_s,
-                                         only_dead_owners):
+            owner = Owner.from_tag(path.name[len(HOST_DIR_PREFIX) :])
+            if path.is_dir() and _doomed(owner, now - path.stat().st_mtime, older_than_s, only_dead_owners):
                 unmount_under(path)  # its workspace and /tmp quotas
                 shutil.rmtree(path, ignore_errors=True)
                 report.dirs.append(str(path))

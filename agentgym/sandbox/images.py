@@ -66,6 +66,7 @@ BUILD_LOCK = "docker-images"
 IMAGE_EXTRAS: dict[str, tuple[str, ...]] = {"harness": ("harness",)}
 """The extras of agentgym installed in the images that are not env families."""
 
+
 def family_packages(family: str) -> tuple[str, ...]:
     """The Debian packages a family's image needs besides Python: those its envs' manifests
     declare (``EnvManifest.system_packages``), in order, once. Offline, they go into a base of
@@ -81,11 +82,12 @@ def family_packages(family: str) -> tuple[str, ...]:
 def containers_dir() -> Path:
     """The ``containers/`` directory: ``$AGENTGYM_CONTAINERS``, else the one next to the
     agentgym source tree (a checkout; wheels do not ship it)."""
-    path = Path(os.environ.get("AGENTGYM_CONTAINERS")
-                or _PACKAGE_DIR.parent / "containers")
+    path = Path(os.environ.get("AGENTGYM_CONTAINERS") or _PACKAGE_DIR.parent / "containers")
     if not (path / "base" / "build.sh").is_file():
-        raise SandboxError(f"no containers/ directory at {path}: building images needs a checkout "
-                           "of agentgym's source (or AGENTGYM_CONTAINERS pointing at one)")
+        raise SandboxError(
+            f"no containers/ directory at {path}: building images needs a checkout "
+            "of agentgym's source (or AGENTGYM_CONTAINERS pointing at one)"
+        )
     return path
 
 
@@ -168,13 +170,18 @@ def warn_if_stale(tag: str, *, client: Any = None) -> None:
     _checked.add(tag)
     label = _source_label(_client(client), tag)
     if label is not None and label != source_digest():
-        warnings.warn(f"image {tag} was built from other agentgym sources than this process "
-                      f"runs, so its envs may behave differently: rebuild it with "
-                      f"`{build_command(tag)}`", SandboxWarning, stacklevel=2)
+        warnings.warn(
+            f"image {tag} was built from other agentgym sources than this process "
+            f"runs, so its envs may behave differently: rebuild it with "
+            f"`{build_command(tag)}`",
+            SandboxWarning,
+            stacklevel=2,
+        )
 
 
-def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, packages: Sequence[str] = (),
-                     rebuild: bool = False, client: Any = None) -> str:
+def build_base_image(
+    tag: str = OFFLINE_BASE_IMAGE, *, packages: Sequence[str] = (), rebuild: bool = False, client: Any = None
+) -> str:
     """Build the offline base image (Debian bookworm minbase + python3 + venv, ~220 MB, ~50 s;
     plus ``packages``) unless it exists; returns ``tag``. Needs mmdebstrap, apt access to a
     Debian mirror, and docker. Holds the host's :data:`BUILD_LOCK`."""
@@ -182,13 +189,17 @@ def build_base_image(tag: str = OFFLINE_BASE_IMAGE, *, packages: Sequence[str] =
         if not rebuild and image_exists(tag, client=client):
             return tag
         if shutil.which("mmdebstrap") is None:
-            raise SandboxError("building the offline base image needs mmdebstrap "
-                               "(apt-get install -y mmdebstrap)")
-        proc = subprocess.run(["bash", str(containers_dir() / "base" / "build.sh"), tag, *packages],
-                              capture_output=True, text=True, check=False)
+            raise SandboxError(
+                "building the offline base image needs mmdebstrap (apt-get install -y mmdebstrap)"
+            )
+        proc = subprocess.run(
+            ["bash", str(containers_dir() / "base" / "build.sh"), tag, *packages],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     if proc.returncode != 0:
-        raise SandboxError(f"containers/base/build.sh failed ({proc.returncode}):\n"
-                           f"{proc.stderr[-4000:]}")
+        raise SandboxError(f"containers/base/build.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return tag
 
 
@@ -197,9 +208,22 @@ def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
     Dependencies come from the host's pip configuration (index, cache, find-links)."""
     project = containers_dir().parent
     requirement = f"{project}[{','.join(sorted(extras))}]" if extras else str(project)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-build-isolation",
-                           "--wheel-dir", str(dest), requirement],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(dest),
+            requirement,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SandboxError(f"pip wheel failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return sorted(dest.glob("*.whl"))
@@ -210,13 +234,18 @@ def _image_extras(name: str) -> tuple[str, ...]:
     that the envs of family ``name`` declare."""
     if name in IMAGE_EXTRAS:
         return IMAGE_EXTRAS[name]
-    return tuple(sorted({e for m in list_envs().values() if m.family == name
-                         for e in m.extras}))
+    return tuple(sorted({e for m in list_envs().values() if m.family == name for e in m.extras}))
 
 
-def build_images(families: Sequence[str] | None = None, *, base_image: str = DEFAULT_BASE_IMAGE,
-                 tag: str = __version__, client: Any = None, stale_only: bool = False,
-                 log: Callable[[str], None] | None = None) -> dict[str, str]:
+def build_images(
+    families: Sequence[str] | None = None,
+    *,
+    base_image: str = DEFAULT_BASE_IMAGE,
+    tag: str = __version__,
+    client: Any = None,
+    stale_only: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, str]:
     """Build ``agentgym/<family>:<tag>`` (and ``:latest``) for each family, or ``harness``
     (default: every one of :func:`image_families`); returns ``{family: image}``.
 
@@ -233,8 +262,9 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
     families = list(families or available)
     unknown = sorted(set(families) - set(available))
     if unknown:
-        raise SandboxError(f"no Dockerfile for {unknown} in {containers_dir()}; "
-                           f"families with one: {available}")
+        raise SandboxError(
+            f"no Dockerfile for {unknown} in {containers_dir()}; families with one: {available}"
+        )
 
     def current(family: str) -> bool:
         if not stale_only:
@@ -250,8 +280,7 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
     with tempfile.TemporaryDirectory(prefix="agentgym-build-") as tmp:
         context = Path(tmp)
         if todo:
-            wheels = build_wheelhouse(context / "wheels",
-                                      sorted({e for f in todo for e in _image_extras(f)}))
+            wheels = build_wheelhouse(context / "wheels", sorted({e for f in todo for e in _image_extras(f)}))
             say(f"wheelhouse: {len(wheels)} wheels")
         for family in todo:
             with host_lock(BUILD_LOCK):
@@ -260,8 +289,15 @@ def build_images(families: Sequence[str] | None = None, *, base_image: str = DEF
     return {f: f"agentgym/{f}:{tag}" for f in families}
 
 
-def _build_image(context: Path, family: str, base_image: str, tag: str, source: str,
-                 client: Any, say: Callable[[str], None]) -> None:
+def _build_image(
+    context: Path,
+    family: str,
+    base_image: str,
+    tag: str,
+    source: str,
+    client: Any,
+    say: Callable[[str], None],
+) -> None:
     """Build ``agentgym/<family>:<tag>`` from the build context ``context`` (with its wheels)."""
     import docker.errors
 
@@ -280,17 +316,33 @@ def _build_image(context: Path, family: str, base_image: str, tag: str, source: 
     previous = _image_id(client, image)
     try:
         built, _ = client.images.build(
-            path=str(context), dockerfile=f"{family}/Dockerfile", tag=image, rm=True,
-            forcerm=True, pull=False,
-            buildargs={"BASE_IMAGE": family_base, "AGENTGYM_REQ": requirement,
-                       "APT_PACKAGES": " ".join(packages)},
-            labels={"agentgym.image": family, "agentgym.version": __version__,
-                    "agentgym.base": family_base, "agentgym.source": source})
+            path=str(context),
+            dockerfile=f"{family}/Dockerfile",
+            tag=image,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            buildargs={
+                "BASE_IMAGE": family_base,
+                "AGENTGYM_REQ": requirement,
+                "APT_PACKAGES": " ".join(packages),
+            },
+            labels={
+                "agentgym.image": family,
+                "agentgym.version": __version__,
+                "agentgym.base": family_base,
+                "agentgym.source": source,
+            },
+        )
     except docker.errors.BuildError as exc:
-        tail = "".join(str(chunk.get("stream") or chunk.get("error") or "")
-                       for chunk in exc.build_log)[-4000:]
-        hint = ("" if base_image == OFFLINE_BASE_IMAGE else
-                f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})")
+        tail = "".join(str(chunk.get("stream") or chunk.get("error") or "") for chunk in exc.build_log)[
+            -4000:
+        ]
+        hint = (
+            ""
+            if base_image == OFFLINE_BASE_IMAGE
+            else f"\n(no registry? build offline with base_image={OFFLINE_BASE_IMAGE!r})"
+        )
         raise SandboxError(f"building {image} failed: {exc.msg}\n{tail}{hint}") from exc
     built.tag(f"agentgym/{family}", "latest")
     _replaced(client, previous, built.id)

@@ -48,8 +48,7 @@ class SandboxLimits:
     the code it nests runs without any."""
 
     def __post_init__(self) -> None:
-        for name in ("memory_bytes", "pids", "cpus", "wall_timeout_s", "max_output_bytes",
-                     "disk_bytes"):
+        for name in ("memory_bytes", "pids", "cpus", "wall_timeout_s", "max_output_bytes", "disk_bytes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"SandboxLimits.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -63,7 +62,12 @@ def limits_for(source: EnvManifest | Resources, **overrides: Any) -> SandboxLimi
     quota as for a docker sandbox's ``/tmp``, ``pids``, ``cpus``, ``network``,
     ``nested_sandboxes``), then ``overrides`` (any :class:`SandboxLimits` field)."""
     res = source.resources if isinstance(source, EnvManifest) else source
-    base = SandboxLimits(memory_bytes=res.memory_mb * MIB, pids=res.pids, cpus=res.cpus,
-                         network=res.network, nested=res.nested_sandboxes,
-                         disk_bytes=res.memory_mb * MIB)
+    base = SandboxLimits(
+        memory_bytes=res.memory_mb * MIB,
+        pids=res.pids,
+        cpus=res.cpus,
+        network=res.network,
+        nested=res.nested_sandboxes,
+        disk_bytes=res.memory_mb * MIB,
+    )
     return base.with_(**overrides) if overrides else base

@@ -93,19 +93,38 @@ def _bwrap_mode() -> tuple[str | None, bool]:
     if exe is None:
         return "bubblewrap (bwrap) is not installed", False
     if os.geteuid() == 0:
-        argv = [exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", *_system_binds(),
-                "--proc", "/proc", "--dev", "/dev", *_python_binds(()), "--", sys.executable,
-                "-c", ""]
+        argv = [
+            exe,
+            "--unshare-all",
+            "--die-with-parent",
+            "--cap-drop",
+            "ALL",
+            *_system_binds(),
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            *_python_binds(()),
+            "--",
+            sys.executable,
+            "-c",
+            "",
+        ]
         try:
-            root_probe = subprocess.run(argv, capture_output=True, timeout=30, check=False,
-                                        preexec_fn=_preexec((), (), UID_BASE))  # noqa: PLW1509
+            root_probe = subprocess.run(
+                argv, capture_output=True, timeout=30, check=False, preexec_fn=_preexec((), (), UID_BASE)
+            )  # noqa: PLW1509
             if root_probe.returncode == 0:
                 return None, True
         except (OSError, subprocess.SubprocessError):
             pass
-    probe = subprocess.run([exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL",
-                            "--ro-bind", "/", "/", "--", "true"],
-                           capture_output=True, text=True, timeout=30, check=False)
+    probe = subprocess.run(
+        [exe, "--unshare-all", "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
     if probe.returncode != 0:
         return f"bwrap cannot create namespaces here: {probe.stderr.strip()}", False
     return None, False
@@ -132,8 +151,13 @@ def _etc_masks() -> tuple[tuple[str, bool], ...]:
 def _python_paths() -> list[str]:
     """The Python installation, the virtual environment and the agentgym package (from an
     editable install, its folder only: never the checkout with its ``.git`` and runs)."""
-    paths = {sys.base_prefix, sys.base_exec_prefix, sys.prefix, sys.exec_prefix,
-             str(Path(__file__).resolve().parents[1])}
+    paths = {
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        sys.prefix,
+        sys.exec_prefix,
+        str(Path(__file__).resolve().parents[1]),
+    }
     return sorted(paths | {os.path.realpath(p) for p in paths})
 
 
@@ -189,8 +213,9 @@ def _hidden_python_paths() -> tuple[tuple[str, tuple[str, ...]], ...]:
     return tuple((top, tuple(paths)) for top, paths in hidden.items())
 
 
-def _preexec(procs_files: Sequence[str], rlimits: Sequence[tuple[int, int]],
-             uid: int | None) -> Callable[[], None]:
+def _preexec(
+    procs_files: Sequence[str], rlimits: Sequence[tuple[int, int]], uid: int | None
+) -> Callable[[], None]:
     """Runs in the child between fork and exec: join the sandbox's cgroups, set rlimits, make
     the OOM killer pick it before anything outside the sandbox, and become ``uid`` (also as
     gid, with no supplementary groups; Python revealed to it first). Only system calls, no
@@ -265,8 +290,14 @@ class LocalSandbox(Sandbox):
 
     backend = "local"
 
-    def __init__(self, limits: SandboxLimits | None = None, *, session: str | None = None,
-                 bwrap: bool | None = None, ro_binds: Sequence[str | os.PathLike[str]] = ()) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        session: str | None = None,
+        bwrap: bool | None = None,
+        ro_binds: Sequence[str | os.PathLike[str]] = (),
+    ) -> None:
         super().__init__(limits, session=session)
         self._want_bwrap = bwrap
         self._ro_binds = [os.fspath(p) for p in ro_binds]
@@ -296,9 +327,12 @@ class LocalSandbox(Sandbox):
             try:
                 self._cgroups = Cgroups.create(f"{self.owner.tag}-{self.id}", self.limits)
             except OSError as exc:
-                warnings.warn(f"cgroups unavailable ({exc}): sandbox limits are per-process "
-                              "rlimits; the pids limit does not hold for root", SandboxWarning,
-                              stacklevel=2)
+                warnings.warn(
+                    f"cgroups unavailable ({exc}): sandbox limits are per-process "
+                    "rlimits; the pids limit does not hold for root",
+                    SandboxWarning,
+                    stacklevel=2,
+                )
             if not problem and _own_uids_usable():
                 self.uid = UID_BASE + int(self.id, 16) % UID_BASE
                 self._file_owner = (self.uid, self.uid)
@@ -306,15 +340,17 @@ class LocalSandbox(Sandbox):
                 os.chown(dirs["run"], self.uid, self.uid)
             self._make_quota(dirs["work"], dirs["tmp"])
             if problem:
-                warnings.warn(f"LocalSandbox WITHOUT ISOLATION: {problem}. Commands run as plain "
-                              "subprocesses that can read and write the host's files and reach "
-                              "the network. Install bubblewrap or use the docker backend.",
-                              SandboxWarning, stacklevel=2)
+                warnings.warn(
+                    f"LocalSandbox WITHOUT ISOLATION: {problem}. Commands run as plain "
+                    "subprocesses that can read and write the host's files and reach "
+                    "the network. Install bubblewrap or use the docker backend.",
+                    SandboxWarning,
+                    stacklevel=2,
+                )
                 self.workdir, self.socket_dir = str(dirs["work"]), str(dirs["run"])
                 self._mounts = {str(dirs[n]): dirs[n] for n in ("work", "tmp", "run")}
             else:
-                self._mounts = {self.WORKDIR: dirs["work"], "/tmp": dirs["tmp"],
-                                self.SOCKET_DIR: dirs["run"]}
+                self._mounts = {self.WORKDIR: dirs["work"], "/tmp": dirs["tmp"], self.SOCKET_DIR: dirs["run"]}
                 self._bwrap_prefix = self._bwrap_command()
         except BaseException:
             self._cleanup()
@@ -336,14 +372,26 @@ class LocalSandbox(Sandbox):
             if self._file_owner:
                 for d in dirs:
                     os.chown(d, *self._file_owner)
-            warnings.warn(f"no disk quota ({exc}): each file a sandboxed process writes is limited "
-                          f"to {self.limits.disk_bytes} bytes instead", SandboxWarning, stacklevel=3)
+            warnings.warn(
+                f"no disk quota ({exc}): each file a sandboxed process writes is limited "
+                f"to {self.limits.disk_bytes} bytes instead",
+                SandboxWarning,
+                stacklevel=3,
+            )
 
     def _bwrap_command(self) -> list[str]:
         exe = shutil.which("bwrap")
         assert exe is not None
-        args = [exe, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-                "--hostname", "sandbox"]
+        args = [
+            exe,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+        ]
         if self.limits.network:
             args.append("--share-net")
         args += [*_system_binds(), "--proc", "/proc", "--dev", "/dev"]
@@ -358,8 +406,10 @@ class LocalSandbox(Sandbox):
         """``/etc/passwd`` and ``/etc/group`` with the sandbox's uid as user ``sandbox`` (home
         :attr:`workdir`): programs that look their user up (D-Bus, ``whoami``) find it."""
         args = []
-        for name, line in (("passwd", f"sandbox:x:{self.uid}:{self.uid}::{self.WORKDIR}:/bin/sh"),
-                           ("group", f"sandbox:x:{self.uid}:")):
+        for name, line in (
+            ("passwd", f"sandbox:x:{self.uid}:{self.uid}::{self.WORKDIR}:/bin/sh"),
+            ("group", f"sandbox:x:{self.uid}:"),
+        ):
             path = self.host_dir / name
             path.write_text(Path(f"/etc/{name}").read_text() + line + "\n")
             args += ["--ro-bind", str(path), f"/etc/{name}"]
@@ -379,16 +429,26 @@ class LocalSandbox(Sandbox):
         if (reason := self.death()) is not None:
             raise SandboxDeadError(reason)
 
-    def _popen(self, argv: Sequence[str], env: Mapping[str, str] | None, *, stdin: int,
-               stdout: int | IO[bytes], stderr: int, cpu_s: float | None) -> subprocess.Popen[bytes]:
+    def _popen(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        *,
+        stdin: int,
+        stdout: int | IO[bytes],
+        stderr: int,
+        cpu_s: float | None,
+    ) -> subprocess.Popen[bytes]:
         if not argv:
             raise ValueError("argv must not be empty")
         rlimits: list[tuple[int, int]] = []
         if self._fsize_limit:
             rlimits.append((resource.RLIMIT_FSIZE, self.limits.disk_bytes))
         if self._cgroups is None:
-            rlimits += [(resource.RLIMIT_AS, self.limits.memory_bytes),
-                        (resource.RLIMIT_NPROC, self.limits.pids)]
+            rlimits += [
+                (resource.RLIMIT_AS, self.limits.memory_bytes),
+                (resource.RLIMIT_NPROC, self.limits.pids),
+            ]
         if cpu_s is not None:
             # Backstop for anything that escapes the wall-clock kill (outside bubblewrap a
             # command can setsid() out of its process group).
@@ -400,26 +460,47 @@ class LocalSandbox(Sandbox):
         cmd = [*(self._bwrap_prefix or []), *argv]
         try:
             popen = subprocess.Popen(
-                cmd, stdin=stdin, stdout=stdout, stderr=stderr, env=full_env,
-                cwd=self.host_dir / "work", start_new_session=True, close_fds=True,
-                preexec_fn=_preexec(self._cgroups.procs_files if self._cgroups else (),  # noqa: PLW1509
-                                    rlimits, self.uid))
+                cmd,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                env=full_env,
+                cwd=self.host_dir / "work",
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=_preexec(
+                    self._cgroups.procs_files if self._cgroups else (),  # noqa: PLW1509
+                    rlimits,
+                    self.uid,
+                ),
+            )
         except OSError as exc:
             raise SandboxError(f"cannot launch {argv[0]!r} in sandbox {self.id}: {exc}") from exc
         with self._lock:
             self._processes.add(popen)
         return popen
 
-    def exec(self, argv: Sequence[str], *, timeout_s: float | None = None,
-             max_output_bytes: int | None = None, stdin: bytes | None = None,
-             env: Mapping[str, str] | None = None) -> ExecResult:
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecResult:
         self._require_alive()
         timeout_s, cap = self._exec_defaults(timeout_s, max_output_bytes)
         t0 = time.monotonic()
         deadline = t0 + timeout_s
-        popen = self._popen(argv, env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cpu_s=timeout_s * self.limits.cpus)
+        popen = self._popen(
+            argv,
+            env,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cpu_s=timeout_s * self.limits.cpus,
+        )
         capture = OutputCapture(cap)
         try:
             stopped = _pump(popen, stdin, deadline, capture)
@@ -442,15 +523,22 @@ class LocalSandbox(Sandbox):
             with self._lock:
                 self._processes.discard(popen)
         assert popen.returncode is not None
-        return ExecResult(shell_status(popen.returncode), capture.stdout, capture.stderr,
-                          timed_out, capture.truncated, time.monotonic() - t0)
+        return ExecResult(
+            shell_status(popen.returncode),
+            capture.stdout,
+            capture.stderr,
+            timed_out,
+            capture.truncated,
+            time.monotonic() - t0,
+        )
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> LocalProcess:
         self._require_alive()
         log_path = self.host_dir / "logs" / f"{os.urandom(4).hex()}.log"
         with open(log_path, "wb") as log:
-            popen = self._popen(argv, env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, cpu_s=None)
+            popen = self._popen(
+                argv, env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cpu_s=None
+            )
         return LocalProcess(popen, log_path)
 
     def _kill_everything(self) -> None:
@@ -478,8 +566,9 @@ class LocalSandbox(Sandbox):
         self._remove_host_dir()
 
 
-def _pump(popen: subprocess.Popen[bytes], stdin: bytes | None, deadline: float,
-          capture: OutputCapture) -> bool:
+def _pump(
+    popen: subprocess.Popen[bytes], stdin: bytes | None, deadline: float, capture: OutputCapture
+) -> bool:
     """Feed ``stdin`` and collect stdout/stderr until both close; ``True`` if stopped early
     (deadline passed, or a stream went over the cap)."""
     assert popen.stdout is not None and popen.stderr is not None
@@ -497,7 +586,7 @@ def _pump(popen: subprocess.Popen[bytes], stdin: bytes | None, deadline: float,
             for key, _ in sel.select(remaining):
                 if key.fileobj is popen.stdin:
                     try:
-                        pending = pending[os.write(key.fd, pending[:_CHUNK]):]
+                        pending = pending[os.write(key.fd, pending[:_CHUNK]) :]
                     except BrokenPipeError:
                         pending = pending[:0]
                     if not pending:

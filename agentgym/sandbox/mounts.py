@@ -44,12 +44,18 @@ def reveal(hidden: tuple[tuple[str, tuple[str, ...]], ...]) -> None:
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate")
     for top, paths in hidden:
         fds = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths]
-        _check(_libc.mount(b"tmpfs", os.fsencode(top), b"tmpfs", _MS_NOSUID | _MS_NODEV,
-                           b"mode=0755"), f"mount a tmpfs on {top}")
+        _check(
+            _libc.mount(b"tmpfs", os.fsencode(top), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"mode=0755"),
+            f"mount a tmpfs on {top}",
+        )
         for fd, path in zip(fds, paths):
             os.makedirs(path, exist_ok=True)
-            _check(_libc.mount(f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None,
-                               _MS_BIND | _MS_REC, None), f"bind {path}")
+            _check(
+                _libc.mount(
+                    f"/proc/self/fd/{fd}".encode(), os.fsencode(path), None, _MS_BIND | _MS_REC, None
+                ),
+                f"bind {path}",
+            )
             os.close(fd)
 
 
@@ -63,8 +69,7 @@ def unmount_under(root: Path) -> list[str]:
         return []
     # mountinfo escapes space, tab, newline and backslash as octal (\040 ...)
     points = [p.decode("unicode_escape").encode("latin-1") for p in points]
-    mine = sorted({p for p in points if p == prefix or p.startswith(prefix + b"/")},
-                  key=len, reverse=True)
+    mine = sorted({p for p in points if p == prefix or p.startswith(prefix + b"/")}, key=len, reverse=True)
     done = []
     for point in mine:
         if _libc.umount2(point, _MNT_DETACH) == 0:

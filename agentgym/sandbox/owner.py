@@ -37,7 +37,7 @@ def _start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses: split after its last ")".
-    return int(stat[stat.rindex(b")") + 2:].split()[19])
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
 
 
 @functools.cache

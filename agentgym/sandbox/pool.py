@@ -59,10 +59,18 @@ class SandboxPool:
         session: ``session`` label of the sandboxes (docker: ``agentgym.session``).
     """
 
-    def __init__(self, warm: int = 2, *, idle_s: float = 300.0, check_interval_s: float = 2.0,
-                 reset: bool = True, setup: Callable[[Sandbox], None] | None = None,
-                 health_check: Callable[[Sandbox], bool] | None = None, max_workers: int = 4,
-                 session: str | None = None) -> None:
+    def __init__(
+        self,
+        warm: int = 2,
+        *,
+        idle_s: float = 300.0,
+        check_interval_s: float = 2.0,
+        reset: bool = True,
+        setup: Callable[[Sandbox], None] | None = None,
+        health_check: Callable[[Sandbox], bool] | None = None,
+        max_workers: int = 4,
+        session: str | None = None,
+    ) -> None:
         if warm < 0:
             raise ValueError("warm must be >= 0")
         self.warm, self.idle_s, self.check_interval_s = warm, idle_s, check_interval_s
@@ -73,8 +81,9 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._workers = ThreadPoolExecutor(max_workers, thread_name_prefix="sandbox-pool")
-        self._maintainer = threading.Thread(target=self._maintain, name="sandbox-pool-maintainer",
-                                            daemon=True)
+        self._maintainer = threading.Thread(
+            target=self._maintain, name="sandbox-pool-maintainer", daemon=True
+        )
         self._maintainer.start()
 
     # --- sync API ------------------------------------------------------------------------------
@@ -141,8 +150,7 @@ class SandboxPool:
             deadline = time.monotonic() + wait_s
             while self.stats(spec)["warm"] < self.warm:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"pool not warm after {wait_s} s "
-                                       f"(last error: {slot.last_error!r})")
+                    raise TimeoutError(f"pool not warm after {wait_s} s (last error: {slot.last_error!r})")
                 time.sleep(0.02)
 
     def stats(self, spec: SandboxSpec) -> dict[str, int]:
@@ -264,7 +272,7 @@ class SandboxPool:
             slot = self._slots[spec]
             if starting:
                 slot.starting -= 1
-            keep = (not self._closed.is_set() and slot.active and len(slot.warm) < self.warm)
+            keep = not self._closed.is_set() and slot.active and len(slot.warm) < self.warm
             if keep:
                 slot.warm.append(sb)
         if not keep:

@@ -25,9 +25,14 @@ def image_for(source: EnvManifest | str) -> str:
     return m.image or f"agentgym/{m.family}:{__version__}"
 
 
-def create_sandbox(backend: Backend, *, image: str | None = None,
-                   limits: SandboxLimits | None = None, session: str | None = None,
-                   **options: Any) -> Sandbox:
+def create_sandbox(
+    backend: Backend,
+    *,
+    image: str | None = None,
+    limits: SandboxLimits | None = None,
+    session: str | None = None,
+    **options: Any,
+) -> Sandbox:
     """A new, not yet started sandbox. ``image`` is required for ``docker`` and refused for
     ``local``; ``options`` go to the backend's constructor."""
     if backend == "local":
@@ -51,13 +56,13 @@ class SandboxSpec:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
 
     @classmethod
-    def for_env(cls, env: EnvManifest | str, backend: Backend = "docker",
-                **limit_overrides: Any) -> SandboxSpec:
+    def for_env(
+        cls, env: EnvManifest | str, backend: Backend = "docker", **limit_overrides: Any
+    ) -> SandboxSpec:
         """The spec that runs an env (a manifest or a registered id): its limits from the
         manifest's resources, and for ``docker`` its image (:func:`image_for`)."""
         m = manifest(env) if isinstance(env, str) else env
-        return cls(backend, image_for(m) if backend == "docker" else None,
-                   limits_for(m, **limit_overrides))
+        return cls(backend, image_for(m) if backend == "docker" else None, limits_for(m, **limit_overrides))
 
     def create(self, *, session: str | None = None) -> Sandbox:
         """A new, not yet started sandbox."""

@@ -105,11 +105,17 @@ class ServerConfig:
     token: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_sessions < 1 or not self.idle_timeout_s > 0 or self.max_body_bytes < 1 \
-                or not self.step_timeout_s > 0:
-            raise ValueError(f"max_sessions and max_body_bytes must be >= 1 and idle_timeout_s "
-                             f"and step_timeout_s > 0, got {self.max_sessions}, "
-                             f"{self.max_body_bytes}, {self.idle_timeout_s}, {self.step_timeout_s}")
+        if (
+            self.max_sessions < 1
+            or not self.idle_timeout_s > 0
+            or self.max_body_bytes < 1
+            or not self.step_timeout_s > 0
+        ):
+            raise ValueError(
+                f"max_sessions and max_body_bytes must be >= 1 and idle_timeout_s "
+                f"and step_timeout_s > 0, got {self.max_sessions}, "
+                f"{self.max_body_bytes}, {self.idle_timeout_s}, {self.step_timeout_s}"
+            )
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -121,16 +127,24 @@ class _Api:
 
     def __init__(self, config: ServerConfig):
         self.config = config
-        self.store = SessionStore(config.max_sessions, config.idle_timeout_s,
-                                  config.step_timeout_s)
+        self.store = SessionStore(config.max_sessions, config.idle_timeout_s, config.step_timeout_s)
         self.started = time.monotonic()
 
     async def health(self, request: Request) -> Response:
         store = self.store
-        return _json({"status": "ok", "sessions": len(store), "max_sessions": store.max_sessions,
-                      "idle_timeout_s": store.idle_timeout_s, "closed_envs": store.closed_envs,
-                      "reaped": store.reaped, "pid": os.getpid(),
-                      "uptime_s": time.monotonic() - self.started, "version": __version__})
+        return _json(
+            {
+                "status": "ok",
+                "sessions": len(store),
+                "max_sessions": store.max_sessions,
+                "idle_timeout_s": store.idle_timeout_s,
+                "closed_envs": store.closed_envs,
+                "reaped": store.reaped,
+                "pid": os.getpid(),
+                "uptime_s": time.monotonic() - self.started,
+                "version": __version__,
+            }
+        )
 
     async def envs(self, request: Request) -> Response:
         return _json({"envs": hostable_envs(self.config.env_allowlist)})
@@ -141,11 +155,11 @@ class _Api:
         allowlist = self.config.env_allowlist
         if allowlist is not None and env_id not in allowlist:
             raise ApiError("env_not_allowed", f"this server hosts only {sorted(allowlist)}")
-        kwargs = check_client_kwargs(env_id, kwargs, self.config.allowed_kwargs,
-                                     self.config.data_root)
+        kwargs = check_client_kwargs(env_id, kwargs, self.config.allowed_kwargs, self.config.data_root)
         allow_entry_points = self.config.allow_entry_points
         session = await self.store.create(
-            lambda: make_env(env_id, kwargs, kind, allow_entry_points=allow_entry_points), env_id)
+            lambda: make_env(env_id, kwargs, kind, allow_entry_points=allow_entry_points), env_id
+        )
         return _json(_describe(session) | {"max_body_bytes": self.config.max_body_bytes})
 
     async def reset(self, request: Request) -> Response:
@@ -156,8 +170,7 @@ class _Api:
             observation, info = result
             return _json({"observation": observation, "info": info})
         observations, infos = result
-        return _json({"observations": observations, "infos": infos,
-                      "agents": _agents(session)})
+        return _json({"observations": observations, "infos": infos, "agents": _agents(session)})
 
     async def step(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])
@@ -165,15 +178,31 @@ class _Api:
         if session.kind == "single":
             action = parse_body(StepBody, body).action
             if session.text_actions and not isinstance(action, str):
-                raise ApiError("invalid_request", "field 'action' must be a string (actions are "
-                               "text)", field="action")
+                raise ApiError(
+                    "invalid_request", "field 'action' must be a string (actions are text)", field="action"
+                )
             obs, reward, terminated, truncated, info = await session.step(action)
-            return _json({"observation": obs, "reward": reward, "terminated": terminated,
-                          "truncated": truncated, "info": info})
+            return _json(
+                {
+                    "observation": obs,
+                    "reward": reward,
+                    "terminated": terminated,
+                    "truncated": truncated,
+                    "info": info,
+                }
+            )
         actions = _agent_actions(session, parse_body(ParallelStepBody, body).actions)
         obs, rewards, terminations, truncations, infos = await session.step(actions)
-        return _json({"observations": obs, "rewards": rewards, "terminations": terminations,
-                      "truncations": truncations, "infos": infos, "agents": _agents(session)})
+        return _json(
+            {
+                "observations": obs,
+                "rewards": rewards,
+                "terminations": terminations,
+                "truncations": truncations,
+                "infos": infos,
+                "agents": _agents(session),
+            }
+        )
 
     async def delete(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]
@@ -187,19 +216,26 @@ def _describe(session: Session) -> dict[str, Any]:
     ``family`` and ``step_in_thread``; parallel sessions add ``possible_agents``,
     ``observation_spaces`` and ``action_spaces`` (by agent)."""
     env = session.env
-    answer: dict[str, Any] = {"session_id": session.id, "env_id": session.env_id,
-                              "kind": session.kind, "metadata": dict(env.metadata)}
+    answer: dict[str, Any] = {
+        "session_id": session.id,
+        "env_id": session.env_id,
+        "kind": session.kind,
+        "metadata": dict(env.metadata),
+    }
     if session.kind == "single":
-        answer |= {"observation_space": describe_space(env.observation_space),
-                   "action_space": describe_space(env.action_space),
-                   "family": getattr(session.core, "family", "misc"),
-                   "step_in_thread": not session.inline}
+        answer |= {
+            "observation_space": describe_space(env.observation_space),
+            "action_space": describe_space(env.action_space),
+            "family": getattr(session.core, "family", "misc"),
+            "step_in_thread": not session.inline,
+        }
     else:
         agents = list(env.possible_agents)
-        answer |= {"possible_agents": agents,
-                   "observation_spaces": {str(a): describe_space(env.observation_space(a))
-                                          for a in agents},
-                   "action_spaces": {str(a): describe_space(env.action_space(a)) for a in agents}}
+        answer |= {
+            "possible_agents": agents,
+            "observation_spaces": {str(a): describe_space(env.observation_space(a)) for a in agents},
+            "action_spaces": {str(a): describe_space(env.action_space(a)) for a in agents},
+        }
     return answer
 
 
@@ -213,8 +249,11 @@ def _agent_actions(session: Session, actions: dict[str, Any]) -> dict[Any, Any]:
     live = {str(a): a for a in _agents(session)}
     unknown = sorted(set(actions) - set(live))
     if unknown:
-        raise ApiError("invalid_request", f"actions for agents that are not live: {unknown}; "
-                       f"live agents: {sorted(live)}", field="actions")
+        raise ApiError(
+            "invalid_request",
+            f"actions for agents that are not live: {unknown}; live agents: {sorted(live)}",
+            field="actions",
+        )
     return {live[name]: action for name, action in actions.items()}
 
 
@@ -226,20 +265,31 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     code = "method_not_allowed" if exc.status_code == 405 else "not_found"
-    return _json({"error": code, "detail": f"{request.method} {request.url.path}: {exc.detail}"},
-                 exc.status_code)
+    return _json(
+        {"error": code, "detail": f"{request.method} {request.url.path}: {exc.detail}"}, exc.status_code
+    )
 
 
 async def _disconnected(request: Request, exc: Exception) -> Response:
     """A client that hung up while sending its request: one log line (nobody reads an answer)."""
-    log.info("client %s hung up during %s %s", request.client.host if request.client else "?",
-             request.method, request.url.path)
+    log.info(
+        "client %s hung up during %s %s",
+        request.client.host if request.client else "?",
+        request.method,
+        request.url.path,
+    )
     return Response(status_code=400)
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
-    return _json({"error": "internal_error", "detail": f"{type(exc).__name__}: {exc}",
-                  "exception_type": type(exc).__name__}, 500)
+    return _json(
+        {
+            "error": "internal_error",
+            "detail": f"{type(exc).__name__}: {exc}",
+            "exception_type": type(exc).__name__,
+        },
+        500,
+    )
 
 
 def create_app(config: ServerConfig | None = None) -> Starlette:
@@ -266,8 +316,12 @@ def create_app(config: ServerConfig | None = None) -> Starlette:
             Route("/sessions/{session_id}/step", api.step, methods=["POST"]),
             Route("/sessions/{session_id}", api.delete, methods=["DELETE"]),
         ],
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error,
-                            ClientDisconnect: _disconnected, Exception: _internal_error},
+        exception_handlers={
+            ApiError: _api_error,
+            HTTPException: _http_error,
+            ClientDisconnect: _disconnected,
+            Exception: _internal_error,
+        },
         middleware=[Middleware(BearerAuth, token=api.config.token)] if api.config.token else [],
         lifespan=lifespan,
     )

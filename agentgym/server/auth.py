@@ -22,8 +22,7 @@ __all__ = ["TOKEN_ENV", "BearerAuth", "auth_headers", "is_loopback", "server_tok
 TOKEN_ENV = "AGENTGYM_SERVER_TOKEN"
 
 _Scope = dict[str, Any]
-_Asgi = Callable[[_Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
-                 Awaitable[None]]
+_Asgi = Callable[[_Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
 
 def server_token(given: str | None = None) -> str | None:
@@ -57,17 +56,27 @@ class BearerAuth:
         self.app = app
         self._expected = f"Bearer {token}".encode()
 
-    async def __call__(self, scope: _Scope, receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[Any], Awaitable[None]]) -> None:
+    async def __call__(
+        self, scope: _Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]
+    ) -> None:
         if scope["type"] == "http":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             if not hmac.compare_digest(given, self._expected):
-                body = (b'{"error": "unauthorized", "detail": "this server needs '
-                        b'Authorization: Bearer <token> (agentgym serve --token)"}')
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode()),
-                                        (b"www-authenticate", b"Bearer")]})
+                body = (
+                    b'{"error": "unauthorized", "detail": "this server needs '
+                    b'Authorization: Bearer <token> (agentgym serve --token)"}'
+                )
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)

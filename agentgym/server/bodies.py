@@ -32,15 +32,13 @@ class CreateBody(_Body):
 
     env_id: Annotated[StrictStr, Field(min_length=1, description="a non-empty string")]
     kwargs: dict[str, Any] | None = Field(None, description="an object or null")
-    kind: Literal["single", "parallel"] | None = Field(
-        None, description="'single', 'parallel' or null")
+    kind: Literal["single", "parallel"] | None = Field(None, description="'single', 'parallel' or null")
 
 
 class ResetBody(_Body):
     """``POST /sessions/{id}/reset``: what Gymnasium's ``reset`` takes."""
 
-    seed: Annotated[StrictInt, Field(ge=0)] | None = Field(
-        None, description="a non-negative integer or null")
+    seed: Annotated[StrictInt, Field(ge=0)] | None = Field(None, description="a non-negative integer or null")
     options: dict[str, Any] | None = Field(None, description="an object or null")
 
 
@@ -63,14 +61,20 @@ async def read_object(request: Request, max_bytes: int) -> dict[str, Any]:
         if not declared.isdigit():
             raise ApiError("invalid_request", f"bad Content-Length header {declared!r}")
         if int(declared) > max_bytes:
-            raise ApiError("body_too_large", f"the body has {int(declared)} bytes; the limit is "
-                           f"{max_bytes} (max_body_bytes)", limit=max_bytes)
+            raise ApiError(
+                "body_too_large",
+                f"the body has {int(declared)} bytes; the limit is {max_bytes} (max_body_bytes)",
+                limit=max_bytes,
+            )
     chunks, size = [], 0
     async for chunk in request.stream():  # also bounds chunked bodies that declare no length
         size += len(chunk)
         if size > max_bytes:
-            raise ApiError("body_too_large", f"the body exceeds the limit of {max_bytes} bytes "
-                           "(max_body_bytes)", limit=max_bytes)
+            raise ApiError(
+                "body_too_large",
+                f"the body exceeds the limit of {max_bytes} bytes (max_body_bytes)",
+                limit=max_bytes,
+            )
         chunks.append(chunk)
     body = b"".join(chunks)
     if not body.strip():
@@ -85,8 +89,9 @@ async def read_object(request: Request, max_bytes: int) -> dict[str, Any]:
 
 
 def _kind(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(value), "a number")
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
 
 
 def parse_body(model: type[Body], body: dict[str, Any]) -> Body:
@@ -97,6 +102,10 @@ def parse_body(model: type[Body], body: dict[str, Any]) -> Body:
         error = exc.errors(include_url=False)[0]
         name = str(error["loc"][0])
         got = "nothing" if error["type"] == "missing" else _kind(error["input"])
-        raise ApiError("invalid_request", f"field {name!r} must be "
-                       f"{model.model_fields[name].description} ({error['msg'].lower()}), got "
-                       f"{got}", field=name) from None
+        raise ApiError(
+            "invalid_request",
+            f"field {name!r} must be "
+            f"{model.model_fields[name].description} ({error['msg'].lower()}), got "
+            f"{got}",
+            field=name,
+        ) from None

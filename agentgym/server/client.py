@@ -44,8 +44,14 @@ class RemoteSession:
     :meth:`call`/:meth:`acall` (which create it first if need be), deleted by
     :meth:`close`/:meth:`aclose`."""
 
-    def __init__(self, transport: Transport, env_id: str, kwargs: Mapping[str, Any] | None,
-                 kind: str, on_created: Callable[[dict[str, Any]], None]):
+    def __init__(
+        self,
+        transport: Transport,
+        env_id: str,
+        kwargs: Mapping[str, Any] | None,
+        kind: str,
+        on_created: Callable[[dict[str, Any]], None],
+    ):
         self.transport = transport
         self.env_id = env_id
         self.kwargs = dict(kwargs or {})
@@ -69,8 +75,9 @@ class RemoteSession:
     def _created(self, answer: dict[str, Any]) -> None:
         self.answer = answer
         session = answer["session_id"]
-        self._endpoints = {verb: self.transport.endpoint(f"/sessions/{session}/{verb}")
-                           for verb in ("reset", "step")}
+        self._endpoints = {
+            verb: self.transport.endpoint(f"/sessions/{session}/{verb}") for verb in ("reset", "step")
+        }
         self._on_created(answer)
 
     def open(self) -> None:
@@ -114,8 +121,7 @@ class RemoteSession:
         self.closed = True
         if self.id is not None:
             with contextlib.suppress(EnvServerError):
-                await self.transport.arequest("DELETE", f"/sessions/{self.id}",
-                                              timeout=CLOSE_TIMEOUT_S)
+                await self.transport.arequest("DELETE", f"/sessions/{self.id}", timeout=CLOSE_TIMEOUT_S)
         await self.transport.aclose()
 
 
@@ -127,16 +133,23 @@ class _SessionEnv:
     session: RemoteSession
     _on_close: weakref.finalize | None
 
-    def _start(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None, kind: str, *,
-               lazy: bool, on_close: Callable[[], None] | None,
-               **transport_options: Any) -> None:
+    def _start(
+        self,
+        url: str,
+        env_id: str,
+        kwargs: Mapping[str, Any] | None,
+        kind: str,
+        *,
+        lazy: bool,
+        on_close: Callable[[], None] | None,
+        **transport_options: Any,
+    ) -> None:
         self.url, self.env_id = url, env_id
         self._on_close = None
         if on_close is not None:
             self._on_close = weakref.finalize(self, on_close)
             self._on_close.atexit = False  # at exit, the sandboxes' own exit hooks clean up
-        self.session = RemoteSession(Transport(url, **transport_options), env_id, kwargs, kind,
-                                     self._opened)
+        self.session = RemoteSession(Transport(url, **transport_options), env_id, kwargs, kind, self._opened)
         if not lazy:
             try:
                 self.session.open()
@@ -149,8 +162,9 @@ class _SessionEnv:
         raise NotImplementedError
 
     @classmethod
-    async def acreate(cls, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None,
-                      **options: Any) -> Self:
+    async def acreate(
+        cls, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Self:
         """An env whose session was created through the async client (``options`` are the
         constructor's). If creating the session fails, the env is closed before the error
         propagates."""
@@ -224,40 +238,63 @@ class RemoteEnv(_SessionEnv, TextEnv):
     #: rollout engine reads this; an env that steps inline on the loop cannot be interrupted).
     interruptible: ClassVar[bool] = True
 
-    def __init__(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
-                 timeout: float | None = 120.0, connect_timeout: float = 5.0,
-                 uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None, lazy: bool = False,
-                 on_close: Callable[[], None] | None = None,
-                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        env_id: str,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = 120.0,
+        connect_timeout: float = 5.0,
+        uds: str | None = None,
+        client: httpx.Client | None = None,
+        async_client: httpx.AsyncClient | None = None,
+        lazy: bool = False,
+        on_close: Callable[[], None] | None = None,
+        diagnose: Callable[[], str | None] | None = None,
+        token: str | None = None,
+    ):
         super().__init__()
         self._max_body_bytes: int | None = None  # the server's, once the session is open
         self._info: dict[str, Any] = {}  # the last reset's or step's
-        self._start(url, env_id, kwargs, "single", lazy=lazy, on_close=on_close,
-                    timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client, diagnose=diagnose, token=token)
+        self._start(
+            url,
+            env_id,
+            kwargs,
+            "single",
+            lazy=lazy,
+            on_close=on_close,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            uds=uds,
+            client=client,
+            async_client=async_client,
+            diagnose=diagnose,
+            token=token,
+        )
 
     def _opened(self, answer: dict[str, Any]) -> None:
         self._max_body_bytes = answer.get("max_body_bytes")
         observation_space = space_from_description(answer["observation_space"])
         action_space = space_from_description(answer["action_space"])
-        if not (isinstance(observation_space, spaces.Text)
-                and isinstance(action_space, spaces.Text)):
+        if not (isinstance(observation_space, spaces.Text) and isinstance(action_space, spaces.Text)):
             self.session.close()
             raise TypeError(f"{self.env_id} does not have text spaces; RemoteEnv is a TextEnv")
         self.observation_space, self.action_space = observation_space, action_space
         # Deliberately per instance: a remote env's family is known only once its session opens.
         self.family = answer.get("family", self.family)  # type: ignore[misc]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         answer = self.session.call("reset", {"seed": seed, "options": options})
         self._info = answer["info"]
         return answer["observation"], answer["info"]
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-                     ) -> tuple[str, dict[str, Any]]:
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         answer = await self.session.acall("reset", {"seed": seed, "options": options})
         self._info = answer["info"]
@@ -283,14 +320,24 @@ class RemoteEnv(_SessionEnv, TextEnv):
         size = len(dumps({"action": action}))
         if size <= limit:
             return None
-        return (f"Error: this action is {size:,} bytes long as JSON; the env server takes at "
-                f"most {limit:,}. Reply with a shorter action.", 0.0, False, False,
-                {**self._info, "action_valid": False})
+        return (
+            f"Error: this action is {size:,} bytes long as JSON; the env server takes at "
+            f"most {limit:,}. Reply with a shorter action.",
+            0.0,
+            False,
+            False,
+            {**self._info, "action_valid": False},
+        )
 
     def _stepped(self, answer: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._info = answer["info"]
-        return (answer["observation"], float(answer["reward"]), bool(answer["terminated"]),
-                bool(answer["truncated"]), answer["info"])
+        return (
+            answer["observation"],
+            float(answer["reward"]),
+            bool(answer["terminated"]),
+            bool(answer["truncated"]),
+            answer["info"],
+        )
 
 
 class RemoteParallelEnv(_SessionEnv, ParallelEnv):
@@ -302,29 +349,53 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
     by them again (JSON object keys are strings).
     """
 
-    def __init__(self, url: str, env_id: str, kwargs: Mapping[str, Any] | None = None, *,
-                 timeout: float | None = 120.0, connect_timeout: float = 5.0,
-                 uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None, lazy: bool = False,
-                 on_close: Callable[[], None] | None = None,
-                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        env_id: str,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = 120.0,
+        connect_timeout: float = 5.0,
+        uds: str | None = None,
+        client: httpx.Client | None = None,
+        async_client: httpx.AsyncClient | None = None,
+        lazy: bool = False,
+        on_close: Callable[[], None] | None = None,
+        diagnose: Callable[[], str | None] | None = None,
+        token: str | None = None,
+    ):
         self.agents: list[Any] = []
         self.possible_agents: list[Any] = []
         self.metadata: dict[str, Any] = {"render_modes": [], "name": "remote_parallel"}
         self._observation_spaces: dict[Any, spaces.Space[Any]] = {}
         self._action_spaces: dict[Any, spaces.Space[Any]] = {}
         self._by_name: dict[str, Any] = {}
-        self._start(url, env_id, kwargs, "parallel", lazy=lazy, on_close=on_close,
-                    timeout=timeout, connect_timeout=connect_timeout, uds=uds, client=client,
-                    async_client=async_client, diagnose=diagnose, token=token)
+        self._start(
+            url,
+            env_id,
+            kwargs,
+            "parallel",
+            lazy=lazy,
+            on_close=on_close,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            uds=uds,
+            client=client,
+            async_client=async_client,
+            diagnose=diagnose,
+            token=token,
+        )
 
     def _opened(self, answer: dict[str, Any]) -> None:
         self.possible_agents = list(answer["possible_agents"])
         self._by_name = {str(a): a for a in self.possible_agents}
-        self._observation_spaces = {a: space_from_description(answer["observation_spaces"][str(a)])
-                                    for a in self.possible_agents}
-        self._action_spaces = {a: space_from_description(answer["action_spaces"][str(a)])
-                               for a in self.possible_agents}
+        self._observation_spaces = {
+            a: space_from_description(answer["observation_spaces"][str(a)]) for a in self.possible_agents
+        }
+        self._action_spaces = {
+            a: space_from_description(answer["action_spaces"][str(a)]) for a in self.possible_agents
+        }
         self.metadata = {**answer.get("metadata", {}), "render_modes": []}
 
     def observation_space(self, agent: Any) -> spaces.Space[Any]:
@@ -342,22 +413,25 @@ class RemoteParallelEnv(_SessionEnv, ParallelEnv):
 
     def _step_result(self, answer: dict[str, Any]) -> tuple[dict[Any, Any], ...]:
         self.agents = list(answer["agents"])
-        return tuple(self._by_agent(answer[key]) for key in
-                     ("observations", "rewards", "terminations", "truncations", "infos"))
+        return tuple(
+            self._by_agent(answer[key])
+            for key in ("observations", "rewards", "terminations", "truncations", "infos")
+        )
 
     @staticmethod
     def _actions(actions: Mapping[Any, Any]) -> dict[str, Any]:
         return {"actions": {str(agent): action for agent, action in actions.items()}}
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[Any, Any], dict[Any, Any]]:
         return self._reset_result(self.session.call("reset", {"seed": seed, "options": options}))
 
-    async def areset(self, seed: int | None = None, options: dict[str, Any] | None = None
-                     ) -> tuple[dict[Any, Any], dict[Any, Any]]:
+    async def areset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[Any, Any], dict[Any, Any]]:
         """Async ``reset``."""
-        return self._reset_result(
-            await self.session.acall("reset", {"seed": seed, "options": options}))
+        return self._reset_result(await self.session.acall("reset", {"seed": seed, "options": options}))
 
     def step(self, actions: Mapping[Any, Any]) -> tuple[dict[Any, Any], ...]:
         return self._step_result(self.session.call("step", self._actions(actions)))

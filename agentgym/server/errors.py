@@ -45,25 +45,25 @@ __all__ = [
 
 #: HTTP status of every error code the server sends.
 STATUS: dict[str, int] = {
-    "malformed_json": 400,       # the body is not JSON
-    "invalid_kwargs": 400,       # make(env_id, **kwargs) raised TypeError/ValueError
-    "invalid_argument": 400,     # reset(seed, options) raised TypeError/ValueError
-    "unauthorized": 401,         # the server has a token and the request did not carry it
-    "env_not_allowed": 403,      # the id is outside the server's env allowlist
-    "kwarg_not_allowed": 403,    # a kwarg clients may not set, or a value past its ceiling
-    "unknown_env": 404,          # no such env id (detail suggests close ones)
-    "unknown_session": 404,      # no such session (never created, deleted, or reaped when idle)
-    "not_found": 404,            # no such route
+    "malformed_json": 400,  # the body is not JSON
+    "invalid_kwargs": 400,  # make(env_id, **kwargs) raised TypeError/ValueError
+    "invalid_argument": 400,  # reset(seed, options) raised TypeError/ValueError
+    "unauthorized": 401,  # the server has a token and the request did not carry it
+    "env_not_allowed": 403,  # the id is outside the server's env allowlist
+    "kwarg_not_allowed": 403,  # a kwarg clients may not set, or a value past its ceiling
+    "unknown_env": 404,  # no such env id (detail suggests close ones)
+    "unknown_session": 404,  # no such session (never created, deleted, or reaped when idle)
+    "not_found": 404,  # no such route
     "method_not_allowed": 405,
-    "reset_needed": 409,         # step before the first reset (Gymnasium's ResetNeeded)
-    "session_broken": 409,       # the session's env raised earlier and was closed
-    "body_too_large": 413,       # the body exceeds max_body_bytes
-    "invalid_request": 422,      # a field is missing or has the wrong type
-    "env_error": 500,            # the env raised in reset/step
-    "make_failed": 500,          # make raised something other than TypeError/ValueError
-    "internal_error": 500,       # a bug in the server
-    "too_many_sessions": 503,    # max_sessions reached
-    "step_timeout": 504,         # reset/step ran past the server's deadline; the session is closed
+    "reset_needed": 409,  # step before the first reset (Gymnasium's ResetNeeded)
+    "session_broken": 409,  # the session's env raised earlier and was closed
+    "body_too_large": 413,  # the body exceeds max_body_bytes
+    "invalid_request": 422,  # a field is missing or has the wrong type
+    "env_error": 500,  # the env raised in reset/step
+    "make_failed": 500,  # make raised something other than TypeError/ValueError
+    "internal_error": 500,  # a bug in the server
+    "too_many_sessions": 503,  # max_sessions reached
+    "step_timeout": 504,  # reset/step ran past the server's deadline; the session is closed
 }
 
 
@@ -105,8 +105,9 @@ class EnvServerTimeout(EnvServerError, TimeoutError):
 class EnvServerHTTPError(EnvServerError):
     """The server answered ``status`` with error ``code`` and explanation ``detail``."""
 
-    def __init__(self, message: str, *, url: str, status: int, code: str, detail: str,
-                 payload: dict[str, Any]):
+    def __init__(
+        self, message: str, *, url: str, status: int, code: str, detail: str, payload: dict[str, Any]
+    ):
         super().__init__(message, url=url)
         self.status = status
         self.code = code
@@ -139,8 +140,9 @@ class RemoteEnvError(EnvServerHTTPError, RuntimeError):
         return str(self.payload.get("exception_type", ""))
 
 
-_REMOTE_ENV_CODES = frozenset({"env_error", "make_failed", "session_broken", "internal_error",
-                               "step_timeout"})
+_REMOTE_ENV_CODES = frozenset(
+    {"env_error", "make_failed", "session_broken", "internal_error", "step_timeout"}
+)
 
 
 def error_from_response(url: str, status: int, payload: Any, text: str) -> EnvServerHTTPError:
@@ -162,5 +164,11 @@ def error_from_response(url: str, status: int, payload: Any, text: str) -> EnvSe
     else:
         cls = EnvServerHTTPError
     kind = f" ({payload['exception_type']})" if payload.get("exception_type") else ""
-    return cls(f"env server {url} answered {status} {code}{kind}: {detail}", url=url,
-               status=status, code=code, detail=detail, payload=payload)
+    return cls(
+        f"env server {url} answered {status} {code}{kind}: {detail}",
+        url=url,
+        status=status,
+        code=code,
+        detail=detail,
+        payload=payload,
+    )

@@ -50,8 +50,7 @@ from agentgym.registry import (
 )
 from agentgym.server.errors import ApiError
 
-__all__ = ["KINDS", "Kind", "check_client_kwargs", "hostable_envs", "make_env",
-           "register_parallel"]
+__all__ = ["KINDS", "Kind", "check_client_kwargs", "hostable_envs", "make_env", "register_parallel"]
 
 Kind = Literal["single", "parallel"]
 KINDS: tuple[Kind, ...] = ("single", "parallel")
@@ -64,8 +63,9 @@ def register_parallel(id: str, entry_point: str) -> None:
     factory only: ``entry_point`` (``"module:attr"``, imported only when a session needs it)
     becomes available to env servers as ``id`` with kind ``"parallel"``."""
     if not isinstance(entry_point, str) or not _ENTRY_POINT.fullmatch(entry_point):
-        raise TypeError(f"register_parallel({id!r}): entry_point must be a 'module:attr' string, "
-                        f"got {entry_point!r}")
+        raise TypeError(
+            f"register_parallel({id!r}): entry_point must be a 'module:attr' string, got {entry_point!r}"
+        )
     register_multiagent(id, parallel_entry_point=entry_point)
 
 
@@ -76,13 +76,18 @@ def _parallel_ids() -> list[str]:
 def hostable_envs(allowlist: frozenset[str] | None = None) -> list[dict[str, Any]]:
     """``{"id", "kind", "family", "description"}`` of every registered id a session may name
     (within ``allowlist`` if one is given), Gymnasium ids first, each group sorted."""
-    envs = [{"id": env_id, "kind": kind, "family": m.family, "description": m.description}
-            for kind in KINDS for env_id, m in list_envs().items() if kind in m.kinds]
+    envs = [
+        {"id": env_id, "kind": kind, "family": m.family, "description": m.description}
+        for kind in KINDS
+        for env_id, m in list_envs().items()
+        if kind in m.kinds
+    ]
     return [e for e in envs if allowlist is None or e["id"] in allowlist]
 
 
-def check_client_kwargs(env_id: str, kwargs: dict[str, Any], allowed: frozenset[str] | None,
-                        data_root: Path | None = None) -> dict[str, Any]:
+def check_client_kwargs(
+    env_id: str, kwargs: dict[str, Any], allowed: frozenset[str] | None, data_root: Path | None = None
+) -> dict[str, Any]:
     """The kwargs to make the env with, or ``kwarg_not_allowed`` for the first kwarg a client
     may not set: neither in ``allowed`` (the operator's; ``None`` allows every kwarg as it is)
     nor declared in the manifest's ``client_kwargs``, holding a number past its declared
@@ -103,31 +108,49 @@ def check_client_kwargs(env_id: str, kwargs: dict[str, Any], allowed: frozenset[
         if name in allowed:
             continue
         if name not in declared:
-            may = (f"clients may set {', '.join(sorted(declared))}" if declared
-                   else "clients may set none of its kwargs")
-            raise ApiError("kwarg_not_allowed", f"{env_id}: a client may not set {name!r} "
-                           f"({may}); the operator can allow it with agentgym serve "
-                           f"--allow-kwarg {name}", kwarg=name)
+            may = (
+                f"clients may set {', '.join(sorted(declared))}"
+                if declared
+                else "clients may set none of its kwargs"
+            )
+            raise ApiError(
+                "kwarg_not_allowed",
+                f"{env_id}: a client may not set {name!r} "
+                f"({may}); the operator can allow it with agentgym serve "
+                f"--allow-kwarg {name}",
+                kwarg=name,
+            )
         ceiling = declared[name]
         if ceiling is not None and any(not x <= ceiling for x in _numbers(value)):  # NaN too
-            raise ApiError("kwarg_not_allowed", f"{env_id}: {name}={value!r} is past the "
-                           f"ceiling for clients, {ceiling:g}; the operator can allow more "
-                           f"with agentgym serve --allow-kwarg {name}", kwarg=name,
-                           ceiling=ceiling)
+            raise ApiError(
+                "kwarg_not_allowed",
+                f"{env_id}: {name}={value!r} is past the "
+                f"ceiling for clients, {ceiling:g}; the operator can allow more "
+                f"with agentgym serve --allow-kwarg {name}",
+                kwarg=name,
+                ceiling=ceiling,
+            )
     return kwargs
 
 
 def _inside_data_root(env_id: str, name: str, value: Any, data_root: Path | None) -> str:
     """``value``, a client's path, resolved inside ``data_root`` (symlinks followed)."""
     if data_root is None:
-        raise ApiError("kwarg_not_allowed", f"{env_id}: {name!r} names a host path, which "
-                       "clients may name only inside the server's data root: start it with "
-                       "agentgym serve --data-root DIR", kwarg=name)
+        raise ApiError(
+            "kwarg_not_allowed",
+            f"{env_id}: {name!r} names a host path, which "
+            "clients may name only inside the server's data root: start it with "
+            "agentgym serve --data-root DIR",
+            kwarg=name,
+        )
     root = data_root.resolve()
     path = (root / value).resolve() if isinstance(value, str) and "\x00" not in value else None
     if path is None or value.startswith("/") or not path.is_relative_to(root):
-        raise ApiError("kwarg_not_allowed", f"{env_id}: {name}={value!r} is not a relative "
-                       f"path inside the server's data root", kwarg=name)
+        raise ApiError(
+            "kwarg_not_allowed",
+            f"{env_id}: {name}={value!r} is not a relative path inside the server's data root",
+            kwarg=name,
+        )
     return str(path)
 
 
@@ -146,8 +169,9 @@ def _numbers(value: Any) -> list[float]:
     return found
 
 
-def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,
-             allow_entry_points: bool) -> tuple[Any, Kind]:
+def make_env(
+    env_id: str, kwargs: dict[str, Any], kind: Kind | None, *, allow_entry_points: bool
+) -> tuple[Any, Kind]:
     """Make the env of a new session; returns it with its kind.
 
     Blocking (it may import the env's module): call it in a worker thread. Raises
@@ -162,8 +186,11 @@ def make_env(env_id: str, kwargs: dict[str, Any], kind: Kind | None, *,
         return _checked(_build(lambda: make_parallel(env_id, **kwargs), env_id), env_id, kind)
     if _ENTRY_POINT.fullmatch(env_id):
         if not allow_entry_points:
-            raise ApiError("env_not_allowed", f"{env_id!r} is an entry point; this server hosts "
-                           "registered ids only (start it with --allow-entry-points to allow them)")
+            raise ApiError(
+                "env_not_allowed",
+                f"{env_id!r} is an entry point; this server hosts "
+                "registered ids only (start it with --allow-entry-points to allow them)",
+            )
         return _checked(_build(lambda: load_entry_point(env_id)(**kwargs), env_id), env_id, kind)
     raise ApiError("unknown_env", _unknown_message(env_id, kind))
 
@@ -177,22 +204,30 @@ def _build(factory: Callable[[], Any], env_id: str) -> Any:
         message = str(exc) if env_id in str(exc) else f"{env_id}: {exc}"
         raise ApiError("invalid_kwargs", message, exception_type=type(exc).__name__) from None
     except Exception as exc:  # any failure of the env's own code is the client's answer
-        raise ApiError("make_failed", f"{env_id}: {type(exc).__name__}: {exc}",
-                       exception_type=type(exc).__name__) from None
+        raise ApiError(
+            "make_failed", f"{env_id}: {type(exc).__name__}: {exc}", exception_type=type(exc).__name__
+        ) from None
 
 
 def _checked(env: Any, env_id: str, wanted: Kind | None) -> tuple[Any, Kind]:
     """``env`` with its kind, found by its type; closes it and raises if it is not ``wanted``."""
     from pettingzoo import ParallelEnv  # only entry points and parallel ids need it
 
-    kind: Kind | None = ("single" if isinstance(env, gym.Env)
-                         else "parallel" if isinstance(env, ParallelEnv) else None)
+    kind: Kind | None = (
+        "single" if isinstance(env, gym.Env) else "parallel" if isinstance(env, ParallelEnv) else None
+    )
     if kind is not None and wanted in (None, kind):
         return env, kind
     env.close()
-    raise ApiError("invalid_kwargs", f"{env_id} made a {type(env).__name__}, which is not "
-                   + ("a Gymnasium Env or a PettingZoo ParallelEnv" if kind is None
-                      else f"of the requested kind {wanted!r}"))
+    raise ApiError(
+        "invalid_kwargs",
+        f"{env_id} made a {type(env).__name__}, which is not "
+        + (
+            "a Gymnasium Env or a PettingZoo ParallelEnv"
+            if kind is None
+            else f"of the requested kind {wanted!r}"
+        ),
+    )
 
 
 def _unknown_message(env_id: str, kind: Kind | None) -> str:
@@ -201,15 +236,19 @@ def _unknown_message(env_id: str, kind: Kind | None) -> str:
     if kind != "parallel":
         try:
             manifest(env_id)
-            parts.append(f"No environment {env_id!r} is registered as a Gymnasium env (it is a "
-                         "multi-agent env: ask for kind 'parallel').")
+            parts.append(
+                f"No environment {env_id!r} is registered as a Gymnasium env (it is a "
+                "multi-agent env: ask for kind 'parallel')."
+            )
         except UnknownEnvError as exc:
             parts.append(str(exc))
     if kind != "single":
         close = difflib.get_close_matches(env_id, _parallel_ids(), n=3, cutoff=0.6)
         if kind == "parallel" and env_id in gym.registry:
-            parts.append(f"No parallel environment {env_id!r} is registered (it is a Gymnasium "
-                         "id: ask for kind 'single').")
+            parts.append(
+                f"No parallel environment {env_id!r} is registered (it is a Gymnasium "
+                "id: ask for kind 'single')."
+            )
         elif close:
             parts.append(f"Parallel envs: did you mean {', '.join(map(repr, close))}?")
         elif kind == "parallel":

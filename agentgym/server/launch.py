@@ -45,12 +45,15 @@ def _health_check(url: str, uds: str | None, token: str | None) -> HealthCheck:
     return HealthCheck(url, uds=uds, headers=auth_headers(server_token(token)))
 
 
-def wait_healthy(url: str, timeout: float, *, uds: str | None = None,
-                 token: str | None = None) -> dict[str, Any]:
+def wait_healthy(
+    url: str, timeout: float, *, uds: str | None = None, token: str | None = None
+) -> dict[str, Any]:
     """Poll ``GET url/health`` until it answers 200 (returns its JSON) or ``timeout`` seconds
     pass (``TimeoutError``); ``token`` as for :class:`~agentgym.server.transport.Transport`."""
+
     def expired() -> TimeoutError:
         return TimeoutError(f"no healthy env server at {url} after {timeout} s")
+
     with _health_check(url, uds, token) as healthy:
         return wait_until(healthy, timeout=timeout, interval=_POLL_S, expired=expired).json()
 
@@ -82,22 +85,36 @@ class ServerProcess:
     JSON; its ``pid`` is the server's own, which differs from ``pid`` under a prefix).
     """
 
-    def __init__(self, *, host: str = "127.0.0.1", use_uds: bool = False,
-                 max_sessions: int | None = None, idle_timeout_s: float | None = None,
-                 max_body_bytes: int | None = None, env_allowlist: Iterable[str] | None = None,
-                 allow_entry_points: bool = False, allowed_kwargs: Iterable[str] | None = (),
-                 token: str | None = None, extra_args: Sequence[str] = (),
-                 command_prefix: Sequence[str] = (), python: str = sys.executable,
-                 env: Mapping[str, str] | None = None,
-                 workdir: str | os.PathLike[str] | None = None,
-                 startup_timeout: float = 60.0, stop_timeout: float = 15.0):
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        use_uds: bool = False,
+        max_sessions: int | None = None,
+        idle_timeout_s: float | None = None,
+        max_body_bytes: int | None = None,
+        env_allowlist: Iterable[str] | None = None,
+        allow_entry_points: bool = False,
+        allowed_kwargs: Iterable[str] | None = (),
+        token: str | None = None,
+        extra_args: Sequence[str] = (),
+        command_prefix: Sequence[str] = (),
+        python: str = sys.executable,
+        env: Mapping[str, str] | None = None,
+        workdir: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 60.0,
+        stop_timeout: float = 15.0,
+    ):
         self._own_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else None
         self.host = host
         self.use_uds = use_uds
         options: list[str] = []
-        for flag, value in (("--max-sessions", max_sessions), ("--idle-timeout", idle_timeout_s),
-                            ("--max-body-bytes", max_body_bytes)):
+        for flag, value in (
+            ("--max-sessions", max_sessions),
+            ("--idle-timeout", idle_timeout_s),
+            ("--max-body-bytes", max_body_bytes),
+        ):
             if value is not None:
                 options += [flag, str(value)]
         for env_id in env_allowlist or ():
@@ -140,10 +157,21 @@ class ServerProcess:
     def command(self) -> list[str]:
         """The child's argv."""
         assert self.workdir is not None, "the server was not started"
-        address = (["--uds", str(self.workdir / "server.sock")] if self.use_uds
-                   else ["--host", self.host, "--port", "0"])
-        return [*self.command_prefix, self.python, "-m", "agentgym.server", *address,
-                "--ready-file", str(self.workdir / "ready.json"), *self._options]
+        address = (
+            ["--uds", str(self.workdir / "server.sock")]
+            if self.use_uds
+            else ["--host", self.host, "--port", "0"]
+        )
+        return [
+            *self.command_prefix,
+            self.python,
+            "-m",
+            "agentgym.server",
+            *address,
+            "--ready-file",
+            str(self.workdir / "ready.json"),
+            *self._options,
+        ]
 
     def start(self) -> ServerProcess:
         """Start the child and wait until ``GET /health`` answers; raises ``RuntimeError`` (the
@@ -154,9 +182,13 @@ class ServerProcess:
             self.workdir = Path(tempfile.mkdtemp(prefix="agentgym-server-"))
         ready_file = self.workdir / "ready.json"
         ready_file.unlink(missing_ok=True)
-        self._server = ManagedProcess(self.command(), name="the env server",
-                                      log_path=self.log_path, env=self.env,
-                                      stop_timeout=self.stop_timeout).start()
+        self._server = ManagedProcess(
+            self.command(),
+            name="the env server",
+            log_path=self.log_path,
+            env=self.env,
+            stop_timeout=self.stop_timeout,
+        ).start()
         try:
             self._wait_serving(self._server, ready_file)
         except BaseException:
@@ -172,14 +204,15 @@ class ServerProcess:
             self.ready = json.loads(ready_file.read_text())
             self.url, self.uds = self.ready["url"], self.ready.get("uds")
             with _health_check(self.url, self.uds, self.token) as healthy:
-                server.wait_ready(healthy, timeout=max(self.startup_timeout, 1.0),
-                                  interval=_POLL_S)
+                server.wait_ready(healthy, timeout=max(self.startup_timeout, 1.0), interval=_POLL_S)
         except ProcessStartTimeout as exc:
-            raise TimeoutError(f"the env server did not serve within {self.startup_timeout} s:"
-                               f"\n{exc.log_tail}") from None
+            raise TimeoutError(
+                f"the env server did not serve within {self.startup_timeout} s:\n{exc.log_tail}"
+            ) from None
         except ProcessStartError as exc:
-            raise RuntimeError(f"the env server exited with status {exc.returncode} before "
-                               f"serving:\n{exc.log_tail}") from None
+            raise RuntimeError(
+                f"the env server exited with status {exc.returncode} before serving:\n{exc.log_tail}"
+            ) from None
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the child's output."""
@@ -206,8 +239,9 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:

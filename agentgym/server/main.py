@@ -20,38 +20,90 @@ __all__ = ["add_arguments", "main", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the server's options to ``parser``."""
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
-    parser.add_argument("--port", type=int, default=8000,
-                        help="TCP port; 0 picks a free one, see --ready-file (default %(default)s)")
-    parser.add_argument("--uds", metavar="PATH", default=None,
-                        help="serve on this Unix domain socket instead of TCP")
-    parser.add_argument("--max-sessions", type=int, default=4096, metavar="N",
-                        help="sessions open at once (default %(default)s)")
-    parser.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
-                        help="seconds after which an idle session is closed (default %(default)s)")
-    parser.add_argument("--max-body-bytes", type=int, default=1 << 20, metavar="B",
-                        help="largest request body (default %(default)s)")
-    parser.add_argument("--step-timeout", type=float, default=600.0, metavar="S",
-                        help="longest reset or step; past it the session is closed "
-                             "(default %(default)s)")
-    parser.add_argument("--allow-env", action="append", default=None, metavar="ID",
-                        help="host only these env ids (repeatable; default: every registered id)")
-    parser.add_argument("--allow-entry-points", action="store_true",
-                        help="accept 'module:factory' env ids (runs code that clients name)")
-    parser.add_argument("--allow-kwarg", action="append", default=[], metavar="NAME",
-                        help="let clients set this env constructor kwarg too, with no ceiling "
-                             "(repeatable; default: only those each env declares safe)")
-    parser.add_argument("--data-root", metavar="DIR", default=None,
-                        help="resolve the host paths clients give (allowed path kwargs, such as "
-                             "SearchQA's questions) inside DIR; without it they give none")
-    parser.add_argument("--trust-client-kwargs", action="store_true",
-                        help="let clients set any kwarg (for a server only its operator reaches)")
-    parser.add_argument("--token", default=None,
-                        help="bearer token every request must carry (default "
-                             "$AGENTGYM_SERVER_TOKEN; needed to bind a non-loopback address)")
-    parser.add_argument("--ready-file", metavar="PATH", default=None,
-                        help='write {"pid", "url", "host", "port"} (or "uds") here once serving')
-    parser.add_argument("--log-level", default="warning",
-                        choices=["critical", "error", "warning", "info", "debug"])
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="TCP port; 0 picks a free one, see --ready-file (default %(default)s)",
+    )
+    parser.add_argument(
+        "--uds", metavar="PATH", default=None, help="serve on this Unix domain socket instead of TCP"
+    )
+    parser.add_argument(
+        "--max-sessions",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="sessions open at once (default %(default)s)",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds after which an idle session is closed (default %(default)s)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=1 << 20,
+        metavar="B",
+        help="largest request body (default %(default)s)",
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="longest reset or step; past it the session is closed (default %(default)s)",
+    )
+    parser.add_argument(
+        "--allow-env",
+        action="append",
+        default=None,
+        metavar="ID",
+        help="host only these env ids (repeatable; default: every registered id)",
+    )
+    parser.add_argument(
+        "--allow-entry-points",
+        action="store_true",
+        help="accept 'module:factory' env ids (runs code that clients name)",
+    )
+    parser.add_argument(
+        "--allow-kwarg",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="let clients set this env constructor kwarg too, with no ceiling "
+        "(repeatable; default: only those each env declares safe)",
+    )
+    parser.add_argument(
+        "--data-root",
+        metavar="DIR",
+        default=None,
+        help="resolve the host paths clients give (allowed path kwargs, such as "
+        "SearchQA's questions) inside DIR; without it they give none",
+    )
+    parser.add_argument(
+        "--trust-client-kwargs",
+        action="store_true",
+        help="let clients set any kwarg (for a server only its operator reaches)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="bearer token every request must carry (default "
+        "$AGENTGYM_SERVER_TOKEN; needed to bind a non-loopback address)",
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="PATH",
+        default=None,
+        help='write {"pid", "url", "host", "port"} (or "uds") here once serving',
+    )
+    parser.add_argument(
+        "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,22 +112,36 @@ def run(args: argparse.Namespace) -> int:
     from agentgym.server.serve import serve
 
     try:
-        ServerConfig(max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout,
-                     max_body_bytes=args.max_body_bytes, step_timeout_s=args.step_timeout)
+        ServerConfig(
+            max_sessions=args.max_sessions,
+            idle_timeout_s=args.idle_timeout,
+            max_body_bytes=args.max_body_bytes,
+            step_timeout_s=args.step_timeout,
+        )
     except ValueError as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
-    serve(args.host, args.port, uds=args.uds, max_sessions=args.max_sessions,
-          idle_timeout_s=args.idle_timeout, max_body_bytes=args.max_body_bytes,
-          step_timeout_s=args.step_timeout,
-          env_allowlist=args.allow_env, allow_entry_points=args.allow_entry_points,
-          allowed_kwargs=None if args.trust_client_kwargs else args.allow_kwarg,
-          data_root=args.data_root, token=args.token, ready_file=args.ready_file, log_level=args.log_level)
+    serve(
+        args.host,
+        args.port,
+        uds=args.uds,
+        max_sessions=args.max_sessions,
+        idle_timeout_s=args.idle_timeout,
+        max_body_bytes=args.max_body_bytes,
+        step_timeout_s=args.step_timeout,
+        env_allowlist=args.allow_env,
+        allow_entry_points=args.allow_entry_points,
+        allowed_kwargs=None if args.trust_client_kwargs else args.allow_kwarg,
+        data_root=args.data_root,
+        token=args.token,
+        ready_file=args.ready_file,
+        log_level=args.log_level,
+    )
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentgym.server",
-                                     description="Serve agentgym env sessions over HTTP.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym.server", description="Serve agentgym env sessions over HTTP."
+    )
     add_arguments(parser)
     return run(parser.parse_args(argv))
-

@@ -85,7 +85,9 @@ def serve(
         log_level: uvicorn's log level (access logs are off).
     """
     config = ServerConfig(
-        max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, max_body_bytes=max_body_bytes,
+        max_sessions=max_sessions,
+        idle_timeout_s=idle_timeout_s,
+        max_body_bytes=max_body_bytes,
         step_timeout_s=step_timeout_s,
         env_allowlist=None if env_allowlist is None else frozenset(env_allowlist),
         allow_entry_points=allow_entry_points,
@@ -94,23 +96,36 @@ def serve(
         token=server_token(token),
     )
     if uds is None and not is_loopback(host) and config.token is None:
-        raise SystemExit(f"agentgym serve: binding {host} lets other machines in; give a token "
-                         f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket")
-    serve_app(create_app(config), host, port, uds=uds, ready_file=ready_file,
-              log_level=log_level)
+        raise SystemExit(
+            f"agentgym serve: binding {host} lets other machines in; give a token "
+            f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket"
+        )
+    serve_app(create_app(config), host, port, uds=uds, ready_file=ready_file, log_level=log_level)
 
 
-def serve_app(app: Any, host: str = "127.0.0.1", port: int = 8000, *,
-              uds: str | os.PathLike[str] | None = None,
-              ready_file: str | os.PathLike[str] | None = None, log_level: str = "warning") -> None:
+def serve_app(
+    app: Any,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    uds: str | os.PathLike[str] | None = None,
+    ready_file: str | os.PathLike[str] | None = None,
+    log_level: str = "warning",
+) -> None:
     """Serve any ASGI ``app`` with the readiness and shutdown contract of the module documentation
     (blocking); arguments as for :func:`serve`. The retrieval service uses it too."""
     _log_like_uvicorn(log_level)
     sock = _bind_unix(Path(uds)) if uds is not None else _bind_tcp(host, port)
     uv_config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on", backlog=4096,
-        timeout_keep_alive=KEEP_ALIVE_S, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
-        server_header=False, date_header=False,
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        backlog=4096,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+        server_header=False,
+        date_header=False,
     )
     server = _Server(uv_config, lambda: _announce(_ready_info(sock, host, uds), ready_file))
     try:
@@ -159,8 +174,7 @@ def _bind_unix(path: Path) -> socket.socket:
     return sock
 
 
-def _ready_info(sock: socket.socket, host: str, uds: str | os.PathLike[str] | None
-                ) -> dict[str, Any]:
+def _ready_info(sock: socket.socket, host: str, uds: str | os.PathLike[str] | None) -> dict[str, Any]:
     if uds is not None:
         return {"pid": os.getpid(), "uds": os.fspath(uds), "url": "http://localhost"}
     port = sock.getsockname()[1]

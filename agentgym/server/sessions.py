@@ -59,8 +59,14 @@ class Session:
     ``step_timeout`` and breaks the session (its env is closed once the call returns); an env
     that steps inline on the event loop cannot be cut short."""
 
-    def __init__(self, env_id: str, kind: Kind, env: Any, on_env_closed: Callable[[], None],
-                 deadline_s: float | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        kind: Kind,
+        env: Any,
+        on_env_closed: Callable[[], None],
+        deadline_s: float | None = None,
+    ):
         self.deadline_s = deadline_s
         self.id = uuid.uuid4().hex
         self._worker: ThreadPoolExecutor | None = None
@@ -70,7 +76,8 @@ class Session:
         core = env.unwrapped
         self.core = core
         native = isinstance(core, TextEnv) and (
-            type(core).areset is not TextEnv.areset or type(core).astep is not TextEnv.astep)
+            type(core).areset is not TextEnv.areset or type(core).astep is not TextEnv.astep
+        )
         self._twins = async_twins(env) if native else None
         self.inline = not getattr(core, "step_in_thread", True)
         self.text_actions = isinstance(core, TextEnv)
@@ -100,7 +107,8 @@ class Session:
         if self._worker is None:
             self._worker = ThreadPoolExecutor(1, thread_name_prefix="agentgym-session")
         return await asyncio.get_running_loop().run_in_executor(
-            self._worker, functools.partial(fn, *args, **kwargs))
+            self._worker, functools.partial(fn, *args, **kwargs)
+        )
 
     async def _invoke(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self._twins is not None:
@@ -123,14 +131,16 @@ class Session:
                     log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
                     # its worker is still in the call: close the env after it, without waiting
                     self._closing = asyncio.get_running_loop().create_task(self._close_env())
-                    raise ApiError("step_timeout", f"{self.env_id}: {self.broken}; the session "
-                                   "is closed") from None
+                    raise ApiError(
+                        "step_timeout", f"{self.env_id}: {self.broken}; the session is closed"
+                    ) from None
                 except gym.error.ResetNeeded as exc:
                     raise ApiError("reset_needed", str(exc)) from None
                 except Exception as exc:
                     if method == "reset" and isinstance(exc, (TypeError, ValueError)):
-                        raise ApiError("invalid_argument", f"reset: {exc}",
-                                       exception_type=type(exc).__name__) from None
+                        raise ApiError(
+                            "invalid_argument", f"reset: {exc}", exception_type=type(exc).__name__
+                        ) from None
                     raise await self._break(method, exc) from exc
         finally:
             self.pending -= 1
@@ -138,8 +148,10 @@ class Session:
 
     def _check_usable(self) -> None:
         if self.broken is not None:
-            raise ApiError("session_broken", f"session {self.id} is broken: {self.broken}; "
-                           "delete it and create a new one")
+            raise ApiError(
+                "session_broken",
+                f"session {self.id} is broken: {self.broken}; delete it and create a new one",
+            )
         if self.closed:
             raise ApiError("unknown_session", f"session {self.id} was closed")
 
@@ -148,8 +160,7 @@ class Session:
         self.broken = f"{method} raised {type(exc).__name__}: {exc}"
         log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
         await self._close_env()
-        return ApiError("env_error", f"{self.env_id} {self.broken}",
-                        exception_type=type(exc).__name__)
+        return ApiError("env_error", f"{self.env_id} {self.broken}", exception_type=type(exc).__name__)
 
     async def close(self) -> None:
         """Close the env (once), after the call in flight, waiting for it at most
@@ -176,8 +187,7 @@ class Session:
         try:
             await self._run(env.close)
         except Exception as exc:  # the session ends either way
-            log.warning("session %s: %s.close() raised %s: %s", self.id, self.env_id,
-                        type(exc).__name__, exc)
+            log.warning("session %s: %s.close() raised %s: %s", self.id, self.env_id, type(exc).__name__, exc)
         finally:
             if self._worker is not None:  # its thread ends after any call still running
                 self._worker.shutdown(wait=False)
@@ -207,9 +217,13 @@ class SessionStore:
         """A new session around the env that ``make`` (blocking; run in a worker thread) returns,
         or ``too_many_sessions`` when ``max_sessions`` are open or being made."""
         if len(self.sessions) + self._creating >= self.max_sessions:
-            raise ApiError("too_many_sessions", f"this server already hosts {len(self.sessions)} "
-                           f"sessions (max_sessions={self.max_sessions}); delete some or use "
-                           "another server", max_sessions=self.max_sessions)
+            raise ApiError(
+                "too_many_sessions",
+                f"this server already hosts {len(self.sessions)} "
+                f"sessions (max_sessions={self.max_sessions}); delete some or use "
+                "another server",
+                max_sessions=self.max_sessions,
+            )
         self._creating += 1
         try:
             env, kind = await asyncio.to_thread(make)
@@ -228,9 +242,12 @@ class SessionStore:
         try:
             session = self.sessions[session_id]
         except KeyError:
-            raise ApiError("unknown_session", f"no session {session_id!r}: it was never created, "
-                           "was deleted, or was closed after idling "
-                           f"{self.idle_timeout_s:g} s (idle_timeout_s)") from None
+            raise ApiError(
+                "unknown_session",
+                f"no session {session_id!r}: it was never created, "
+                "was deleted, or was closed after idling "
+                f"{self.idle_timeout_s:g} s (idle_timeout_s)",
+            ) from None
         session.last_used = time.monotonic()
         return session
 

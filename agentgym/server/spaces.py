@@ -21,8 +21,12 @@ def describe_space(space: spaces.Space[Any]) -> dict[str, Any]:
     any Unicode), ``{"type": "discrete", "n", "start"}``, or ``{"type": "other", "repr"}``."""
     if isinstance(space, spaces.Text):
         charset = None if isinstance(space, UnicodeText) else "".join(sorted(space.character_set))
-        return {"type": "text", "min_length": space.min_length, "max_length": space.max_length,
-                "charset": charset}
+        return {
+            "type": "text",
+            "min_length": space.min_length,
+            "max_length": space.max_length,
+            "charset": charset,
+        }
     if isinstance(space, spaces.Discrete):
         return {"type": "discrete", "n": int(space.n), "start": int(space.start)}
     return {"type": "other", "repr": repr(space)}
@@ -34,10 +38,10 @@ def space_from_description(description: dict[str, Any]) -> spaces.Space[Any]:
     if kind == "text":
         if description["charset"] is None:
             return UnicodeText(description["max_length"], min_length=description["min_length"])
-        return spaces.Text(description["max_length"], min_length=description["min_length"],
-                           charset=description["charset"])
+        return spaces.Text(
+            description["max_length"], min_length=description["min_length"], charset=description["charset"]
+        )
     if kind == "discrete":
         return spaces.Discrete(description["n"], start=description["start"])
     shown = description.get("repr", description)
-    raise TypeError(f"a remote env cannot rebuild the space {shown}; only text and discrete "
-                    "spaces travel")
+    raise TypeError(f"a remote env cannot rebuild the space {shown}; only text and discrete spaces travel")

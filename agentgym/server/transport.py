@@ -52,10 +52,18 @@ class Transport:
     on; used from another loop it is replaced.
     """
 
-    def __init__(self, url: str, *, timeout: float | None = 120.0, connect_timeout: float = 5.0,
-                 uds: str | None = None, client: httpx.Client | None = None,
-                 async_client: httpx.AsyncClient | None = None,
-                 diagnose: Callable[[], str | None] | None = None, token: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float | None = 120.0,
+        connect_timeout: float = 5.0,
+        uds: str | None = None,
+        client: httpx.Client | None = None,
+        async_client: httpx.AsyncClient | None = None,
+        diagnose: Callable[[], str | None] | None = None,
+        token: str | None = None,
+    ):
         self.url = url.rstrip("/")
         self._auth = auth_headers(server_token(token))
         self._json_headers = _HEADERS | self._auth
@@ -66,13 +74,13 @@ class Transport:
         self._owns_client = client is None
         self._shared_async_client = async_client
         # A client of another (likely finished) loop cannot be closed from this one.
-        self._async_clients = PerLoop(lambda: async_http_client(
-            self.url, uds=self.uds, timeout=self.timeout, trust_env=False))
+        self._async_clients = PerLoop(
+            lambda: async_http_client(self.url, uds=self.uds, timeout=self.timeout, trust_env=False)
+        )
 
     def _sync(self) -> httpx.Client:
         if self._client is None:
-            self._client = http_client(self.url, uds=self.uds, timeout=self.timeout,
-                                       trust_env=False)
+            self._client = http_client(self.url, uds=self.uds, timeout=self.timeout, trust_env=False)
         return self._client
 
     def _async(self) -> httpx.AsyncClient:
@@ -85,8 +93,9 @@ class Transport:
         every request)."""
         return httpx.URL(self.url + path)
 
-    def request(self, method: str, path: str | httpx.URL, payload: Any = None, *,
-                timeout: float | None = None) -> Any:
+    def request(
+        self, method: str, path: str | httpx.URL, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
         """The JSON answer of ``method path`` with body ``payload``; raises EnvServerError."""
         url = path if isinstance(path, httpx.URL) else self.endpoint(path)
         try:
@@ -95,13 +104,13 @@ class Transport:
             raise self._failure(exc, method, url, timeout) from None
         return self._answer(response)
 
-    async def arequest(self, method: str, path: str | httpx.URL, payload: Any = None, *,
-                       timeout: float | None = None) -> Any:
+    async def arequest(
+        self, method: str, path: str | httpx.URL, payload: Any = None, *, timeout: float | None = None
+    ) -> Any:
         """Async :meth:`request`."""
         url = path if isinstance(path, httpx.URL) else self.endpoint(path)
         try:
-            response = await self._async().request(method, url,
-                                                   **self._options(payload, timeout))
+            response = await self._async().request(method, url, **self._options(payload, timeout))
         except httpx.HTTPError as exc:
             raise self._failure(exc, method, url, timeout) from None
         return self._answer(response)
@@ -121,27 +130,39 @@ class Transport:
             payload = None
         if response.is_success:
             if payload is None:
-                raise EnvServerError(f"env server {self.url} answered {response.status_code} "
-                                     f"without JSON: {response.text[:200]!r}", url=self.url)
+                raise EnvServerError(
+                    f"env server {self.url} answered {response.status_code} "
+                    f"without JSON: {response.text[:200]!r}",
+                    url=self.url,
+                )
             return payload
         raise error_from_response(self.url, response.status_code, payload, response.text)
 
-    def _failure(self, exc: httpx.HTTPError, method: str, url: httpx.URL,
-                 timeout: float | None) -> EnvServerError:
+    def _failure(
+        self, exc: httpx.HTTPError, method: str, url: httpx.URL, timeout: float | None
+    ) -> EnvServerError:
         what = f"{method} {url}"
         if isinstance(exc, httpx.TimeoutException):
-            seconds = timeout if timeout is not None else {
-                httpx.ConnectTimeout: self.timeout.connect, httpx.WriteTimeout: self.timeout.write,
-                httpx.PoolTimeout: self.timeout.pool}.get(type(exc), self.timeout.read)
-            return EnvServerTimeout(f"{what}: no answer within {seconds} s "
-                                    f"({type(exc).__name__})", url=self.url, seconds=seconds)
+            seconds = (
+                timeout
+                if timeout is not None
+                else {
+                    httpx.ConnectTimeout: self.timeout.connect,
+                    httpx.WriteTimeout: self.timeout.write,
+                    httpx.PoolTimeout: self.timeout.pool,
+                }.get(type(exc), self.timeout.read)
+            )
+            return EnvServerTimeout(
+                f"{what}: no answer within {seconds} s ({type(exc).__name__})", url=self.url, seconds=seconds
+            )
         if isinstance(exc, httpx.TransportError):
             where = f"{self.url} (socket {self.uds})" if self.uds else self.url
             why = self.diagnose() if self.diagnose is not None else None
             return EnvServerUnavailable(
                 f"env server {where} is gone or unreachable: {what} failed with "
                 f"{type(exc).__name__}: {exc or 'connection lost'}" + (f"; {why}" if why else ""),
-                url=self.url)
+                url=self.url,
+            )
         return EnvServerError(f"{what} failed: {type(exc).__name__}: {exc}", url=self.url)
 
     def close(self) -> None:

@@ -52,15 +52,18 @@ Array = np.ndarray
 def _check_finite(name: str, values: Array) -> None:
     bad = np.flatnonzero(~np.isfinite(values))
     if bad.size:
-        raise ValueError(f"{name} must be finite; got NaN/inf at index {bad[:10].tolist()}"
-                         + (" ..." if bad.size > 10 else ""))
+        raise ValueError(
+            f"{name} must be finite; got NaN/inf at index {bad[:10].tolist()}"
+            + (" ..." if bad.size > 10 else "")
+        )
 
 
 def _per_row(table: TurnTable, name: str, values: Array | list[float]) -> Array:
     values = np.asarray(values, dtype=np.float64)
     if values.shape != (len(table),):
-        raise ValueError(f"{name} must have one value per turn row: expected shape "
-                         f"({len(table)},), got {values.shape}")
+        raise ValueError(
+            f"{name} must have one value per turn row: expected shape ({len(table)},), got {values.shape}"
+        )
     _check_finite(name, values)
     return values
 
@@ -68,14 +71,17 @@ def _per_row(table: TurnTable, name: str, values: Array | list[float]) -> Array:
 def _per_episode(table: TurnTable, name: str, values: Array | list[float]) -> Array:
     values = np.asarray(values, dtype=np.float64)
     if values.shape != (table.num_episodes,):
-        raise ValueError(f"{name} must have one value per episode: expected shape "
-                         f"({table.num_episodes},), got {values.shape}")
+        raise ValueError(
+            f"{name} must have one value per episode: expected shape "
+            f"({table.num_episodes},), got {values.shape}"
+        )
     _check_finite(name, values)
     return values
 
 
-def segment_stats(values: Array, segments: Array, num_segments: int, *, ddof: int = 0
-                  ) -> tuple[Array, Array, Array]:
+def segment_stats(
+    values: Array, segments: Array, num_segments: int, *, ddof: int = 0
+) -> tuple[Array, Array, Array]:
     """Per-segment (mean, std, count) of ``values``; ``ddof=1`` gives the unbiased std.
 
     Segments with too few members for ``ddof`` get std 0; empty segments get mean 0.
@@ -119,8 +125,15 @@ def _whiten(values: Array, eps: float) -> Array:
     return (values - values.mean()) / (values.std() + eps)
 
 
-def normalize_within(values: Array, segments: Array, num_segments: int, *, norm_std: bool = True,
-                     eps: float = 1e-6, ddof: int = 0) -> Array:
+def normalize_within(
+    values: Array,
+    segments: Array,
+    num_segments: int,
+    *,
+    norm_std: bool = True,
+    eps: float = 1e-6,
+    ddof: int = 0,
+) -> Array:
     """(x - mean_seg) / (std_seg + eps) per element (centred only with ``norm_std=False``);
     elements alone in their segment get 0."""
     mean, std, count = segment_stats(values, segments, num_segments, ddof=ddof)
@@ -135,8 +148,9 @@ def grpo(table: TurnTable, *, norm_std: bool = True, eps: float = 1e-6) -> Array
     """GRPO: A^i = (R^i - mean_g R) / (std_g R + eps), the population std over the group's
     episodes; ``norm_std=False`` is Dr. GRPO (centring only). Every turn of episode i gets A^i."""
     _check_finite("episode outcomes", table.episode_outcome)
-    return normalize_within(table.episode_outcome, table.episode_group, table.num_groups,
-                            norm_std=norm_std, eps=eps)[table.episode]
+    return normalize_within(
+        table.episode_outcome, table.episode_group, table.num_groups, norm_std=norm_std, eps=eps
+    )[table.episode]
 
 
 def rloo(table: TurnTable) -> Array:
@@ -149,8 +163,7 @@ def rloo(table: TurnTable) -> Array:
     return (scale * (outcome - mean[groups]))[table.episode]
 
 
-def reinforce_pp(table: TurnTable, *, gamma: float = 1.0, baseline: bool = False,
-                 eps: float = 1e-8) -> Array:
+def reinforce_pp(table: TurnTable, *, gamma: float = 1.0, baseline: bool = False, eps: float = 1e-8) -> Array:
     """REINFORCE++: discounted return per turn, whitened over the whole batch.
 
     ``baseline=True`` (REINFORCE++-baseline) first subtracts the group mean outcome from each
@@ -166,9 +179,16 @@ def reinforce_pp(table: TurnTable, *, gamma: float = 1.0, baseline: bool = False
     return _whiten(discounted_returns(table, rewards, gamma), eps)
 
 
-def gae(table: TurnTable, values: Array, *, gamma: float = 1.0, lam: float = 1.0,
-        rewards: Array | None = None, whiten: bool = True, eps: float = 1e-8
-        ) -> tuple[Array, Array]:
+def gae(
+    table: TurnTable,
+    values: Array,
+    *,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    rewards: Array | None = None,
+    whiten: bool = True,
+    eps: float = 1e-8,
+) -> tuple[Array, Array]:
     """Turn-level GAE for PPO. Returns (advantages, value targets).
 
     delta_t = r_t + gamma V_{t+1} - V_t, with V after an episode's last turn = 0 (no bootstrap:
@@ -193,8 +213,12 @@ def gae(table: TurnTable, values: Array, *, gamma: float = 1.0, lam: float = 1.0
 #: Flag sets that reproduce reference implementations (see :func:`gigpo`).
 GIGPO_PRESETS: dict[str, dict[str, object]] = {
     "paper": {},
-    "verl-agent": {"row_stats": True, "unbiased_std": True, "unit_singletons": True,
-                   "penalty_after_discount": True},
+    "verl-agent": {
+        "row_stats": True,
+        "unbiased_std": True,
+        "unit_singletons": True,
+        "penalty_after_discount": True,
+    },
 }
 
 
@@ -263,11 +287,19 @@ def gigpo(
         raise ValueError(f"unknown GiGPO preset {preset!r}; choose one of {list(GIGPO_PRESETS)}")
     if norm not in ("std", "mean"):
         raise ValueError(f"norm must be 'std' or 'mean', got {norm!r}")
-    flags = {"row_stats": False, "unbiased_std": False, "unit_singletons": False,
-             "penalty_after_discount": False, **GIGPO_PRESETS[preset]}
-    for name, value in (("row_stats", row_stats), ("unbiased_std", unbiased_std),
-                        ("unit_singletons", unit_singletons),
-                        ("penalty_after_discount", penalty_after_discount)):
+    flags = {
+        "row_stats": False,
+        "unbiased_std": False,
+        "unit_singletons": False,
+        "penalty_after_discount": False,
+        **GIGPO_PRESETS[preset],
+    }
+    for name, value in (
+        ("row_stats", row_stats),
+        ("unbiased_std", unbiased_std),
+        ("unit_singletons", unit_singletons),
+        ("penalty_after_discount", penalty_after_discount),
+    ):
         if value is not None:
             flags[name] = value
     ddof = 1 if flags["unbiased_std"] else 0
@@ -283,7 +315,8 @@ def gigpo(
     else:
         returns = discounted_returns(table, table.reward - penalty, gamma)
         episode_score = table.episode_outcome - np.bincount(
-            table.episode, weights=penalty, minlength=table.num_episodes)
+            table.episode, weights=penalty, minlength=table.num_episodes
+        )
         row_score = episode_score[table.episode]
 
     # Step 1: episode advantage, over episodes (paper) or over rows (reference code).
@@ -313,8 +346,9 @@ def gigpo(
     num_step_groups = int(step_group.max(initial=-1)) + 1
 
     # Step 4: step advantage within each step group.
-    step_adv = normalize_within(returns, step_group, num_step_groups, norm_std=norm == "std",
-                                eps=eps, ddof=ddof)
+    step_adv = normalize_within(
+        returns, step_group, num_step_groups, norm_std=norm == "std", eps=eps, ddof=ddof
+    )
 
     # Step 5.
     return episode_adv + omega * step_adv
@@ -323,8 +357,9 @@ def gigpo(
 # --- IGPO --------------------------------------------------------------------------------------
 
 
-def information_gains(table: TurnTable, scores: Array, initial_scores: Array, *,
-                      basis: Literal["logprob", "prob"] = "logprob") -> Array:
+def information_gains(
+    table: TurnTable, scores: Array, initial_scores: Array, *, basis: Literal["logprob", "prob"] = "logprob"
+) -> Array:
     """IGPO's step 1 per row: r^IG_t = v_t - v_{t-1} (``basis="prob"``: exp(v_t) - exp(v_{t-1})),
     with v_0 from ``initial_scores``. The last turn's value is unused by :func:`igpo`."""
     v = _per_row(table, "scores", scores)
@@ -365,11 +400,11 @@ def igpo(
     4. A(i,t) = sum_{k>=t} gamma^(k-t) rtilde_k (gamma = 1): normalize first, discount second.
     """
     if basis not in ("logprob", "prob") or norm not in ("separate", "joint"):
-        raise ValueError(f"basis must be 'logprob'|'prob' and norm 'separate'|'joint', got "
-                         f"{basis!r}, {norm!r}")
+        raise ValueError(
+            f"basis must be 'logprob'|'prob' and norm 'separate'|'joint', got {basis!r}, {norm!r}"
+        )
     gains = information_gains(table, scores, initial_scores, basis=basis)
-    final = _per_episode(table, "outcome",
-                         table.episode_outcome if outcome is None else outcome)
+    final = _per_episode(table, "outcome", table.episode_outcome if outcome is None else outcome)
     last = table.turn == table.episode_length[table.episode] - 1
     rewards = np.where(last, final[table.episode], gains)
 
@@ -410,8 +445,9 @@ def spa(
     rewards = spa_rewards(table, contributions, grounding_weight=grounding_weight)
     if estimator == "gae":
         if values is None:
-            raise ValueError("spa(estimator='gae') needs critic values; use estimator='group' "
-                             "to train without a critic")
+            raise ValueError(
+                "spa(estimator='gae') needs critic values; use estimator='group' to train without a critic"
+            )
         return gae(table, values, gamma=gamma, lam=lam, rewards=rewards)[0]
     if estimator != "group":
         raise ValueError(f"estimator must be 'gae' or 'group', got {estimator!r}")

@@ -54,9 +54,13 @@ def _answer_ids(tokenizer: Any, template: str, answer: str) -> tuple[list[int], 
     return list(enc["input_ids"]), span[0], span[-1] + 1
 
 
-def scoring_sequences(tokenizer: Any, prompter: Any, episodes: Sequence[Episode],
-                      answers: Sequence[str], template: str = "<answer>{}</answer>"
-                      ) -> list[tuple[list[int], int, int]]:
+def scoring_sequences(
+    tokenizer: Any,
+    prompter: Any,
+    episodes: Sequence[Episode],
+    answers: Sequence[str],
+    template: str = "<answer>{}</answer>",
+) -> list[tuple[list[int], int, int]]:
     """For every episode and context, (token ids, span start, span end) with the span indexing
     the answer's tokens inside the ids."""
     if len(answers) != len(episodes):
@@ -77,7 +81,7 @@ def _to_rows(episodes: Sequence[Episode], flat: list[float]) -> tuple[np.ndarray
     rows, initial, k = [], [], 0
     for episode in episodes:
         n = episode.num_turns
-        values = flat[k:k + n]
+        values = flat[k : k + n]
         k += n
         if n:
             initial.append(values[0])
@@ -88,9 +92,16 @@ def _to_rows(episodes: Sequence[Episode], flat: list[float]) -> tuple[np.ndarray
 
 
 @torch.no_grad()
-def answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Sequence[Episode],
-                  answers: Sequence[str], *, template: str = "<answer>{}</answer>",
-                  token_budget: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+def answer_scores(
+    model: Any,
+    tokenizer: Any,
+    prompter: Any,
+    episodes: Sequence[Episode],
+    answers: Sequence[str],
+    *,
+    template: str = "<answer>{}</answer>",
+    token_budget: int = 8192,
+) -> tuple[np.ndarray, np.ndarray]:
     """IGPO scores for a batch: (per-row v_t after each turn, per-episode v_0), as
     :func:`agentgym.trainers.credit.igpo` takes them. Batched; see the module docstring."""
     sequences = scoring_sequences(tokenizer, prompter, episodes, answers, template)
@@ -98,23 +109,37 @@ def answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Sequence[
     scores = [0.0] * len(sequences)
     for indices in budget_batches([len(seq) for seq, _, _ in sequences], token_budget):
         tail = max(len(sequences[i][0]) - sequences[i][1] for i in indices)  # span start to end
-        ids, mask, positions = left_pad([sequences[i][0] for i in indices],
-                                        tokenizer.pad_token_id, device)
-        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                       use_cache=False, logits_to_keep=tail + 1).logits[:, :-1].float()
+        ids, mask, positions = left_pad([sequences[i][0] for i in indices], tokenizer.pad_token_id, device)
+        logits = (
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=False,
+                logits_to_keep=tail + 1,
+            )
+            .logits[:, :-1]
+            .float()
+        )
         logprobs = torch.log_softmax(logits, -1).gather(-1, ids[:, -tail:, None]).squeeze(-1)
         for row, i in enumerate(indices):
             seq, start, end = sequences[i]
             # Column c of the kept window holds the token at position width - tail + c.
             first = start - (len(seq) - tail)
-            scores[i] = logprobs[row, first:first + end - start].mean().item()
+            scores[i] = logprobs[row, first : first + end - start].mean().item()
     return _to_rows(episodes, scores)
 
 
 @torch.no_grad()
-def naive_answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Sequence[Episode],
-                        answers: Sequence[str], *, template: str = "<answer>{}</answer>"
-                        ) -> tuple[np.ndarray, np.ndarray]:
+def naive_answer_scores(
+    model: Any,
+    tokenizer: Any,
+    prompter: Any,
+    episodes: Sequence[Episode],
+    answers: Sequence[str],
+    *,
+    template: str = "<answer>{}</answer>",
+) -> tuple[np.ndarray, np.ndarray]:
     """The reference: one unpadded forward pass per context."""
     device = next(model.parameters()).device
     flat = []
@@ -122,5 +147,5 @@ def naive_answer_scores(model: Any, tokenizer: Any, prompter: Any, episodes: Seq
         ids = torch.tensor([seq], device=device)
         logprobs = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
         picked = logprobs.gather(-1, ids[0, 1:, None]).squeeze(-1)
-        flat.append(picked[start - 1:end - 1].mean().item())
+        flat.append(picked[start - 1 : end - 1].mean().item())
     return _to_rows(episodes, flat)

@@ -49,8 +49,7 @@ class LearnerConfig:
     """0: full fine-tune; > 0: LoRA of this rank on ``lora_targets``."""
     lora_alpha: int = 16
     """LoRA's scaling numerator (the update is scaled by lora_alpha / lora_rank)."""
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj",
-                                                             "o_proj"])
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
     """The modules that get LoRA adapters."""
     lr: float = 1e-6
     """Learning rate of the policy (the backbone)."""
@@ -104,12 +103,15 @@ class LearnerConfig:
 
     def __post_init__(self) -> None:
         self.lora_targets = list(self.lora_targets)
-        for name, choices in (("aggregation", get_args(Aggregation)),
-                              ("kl_estimator", get_args(KLEstimator)),
-                              ("old_logprobs", ("recompute", "generator"))):
+        for name, choices in (
+            ("aggregation", get_args(Aggregation)),
+            ("kl_estimator", get_args(KLEstimator)),
+            ("old_logprobs", ("recompute", "generator")),
+        ):
             if getattr(self, name) not in choices:
-                raise ValueError(f"learner.{name} must be one of {list(choices)}, got "
-                                 f"{getattr(self, name)!r}")
+                raise ValueError(
+                    f"learner.{name} must be one of {list(choices)}, got {getattr(self, name)!r}"
+                )
 
 
 @dataclass
@@ -129,19 +131,22 @@ class TrainingRow:
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-def rows_from_episodes(episodes: Sequence[Episode], advantages: np.ndarray, *,
-                       keep_empty: bool = False) -> list[TrainingRow]:
+def rows_from_episodes(
+    episodes: Sequence[Episode], advantages: np.ndarray, *, keep_empty: bool = False
+) -> list[TrainingRow]:
     """One row per turn in TurnTable order; turns without response tokens are dropped (they
     carry no loss) unless ``keep_empty``. ``advantages`` has one value per turn."""
     turns = [t for ep in episodes for t in ep.turns]
     advantages = np.asarray(advantages, dtype=np.float64)
     if advantages.shape != (len(turns),):
-        raise ValueError(f"expected one advantage per turn ({len(turns)}), got shape "
-                         f"{advantages.shape}")
+        raise ValueError(f"expected one advantage per turn ({len(turns)}), got shape {advantages.shape}")
     if not np.isfinite(advantages).all():
         raise ValueError("advantages contain NaN or inf; refusing to update")
-    return [TrainingRow(t.prompt_ids, t.response_ids, float(a), t.response_logprobs)
-            for t, a in zip(turns, advantages) if t.response_ids or keep_empty]
+    return [
+        TrainingRow(t.prompt_ids, t.response_ids, float(a), t.response_logprobs)
+        for t, a in zip(turns, advantages)
+        if t.response_ids or keep_empty
+    ]
 
 
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
@@ -151,8 +156,10 @@ def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
     that their prompt is run once; rows without a prefix (one-token prompts) go apart from
     rows with one."""
     if any(not r.prompt_ids for r in rows):
-        raise ValueError("a training row needs a prompt: its first response token is predicted "
-                         "from the prompt's last token")
+        raise ValueError(
+            "a training row needs a prompt: its first response token is predicted "
+            "from the prompt's last token"
+        )
     order = sorted(range(len(rows)), key=lambda i: (-len(rows[i].prompt_ids), rows[i].prompt_ids))
     batches: list[list[int]] = []
     prefixes = longest_prefix = longest_suffix = 0
@@ -161,8 +168,9 @@ def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
         if batches:
             last = rows[batches[-1][-1]].prompt_ids
             new_prefix = int(last[:-1] != rows[i].prompt_ids[:-1])
-            cost = ((prefixes + new_prefix) * longest_prefix
-                    + (len(batches[-1]) + 1) * max(longest_suffix, suffix))
+            cost = (prefixes + new_prefix) * longest_prefix + (len(batches[-1]) + 1) * max(
+                longest_suffix, suffix
+            )
             if cost <= budget and (prefix > 0) == (longest_prefix > 0):
                 batches[-1].append(i)
                 prefixes += new_prefix
@@ -180,20 +188,27 @@ class Learner:
         from transformers import AutoModelForCausalLM
 
         self.config = config
-        self.device = torch.device(("cuda" if torch.cuda.is_available() else "cpu")
-                                   if config.device == "auto" else config.device)
+        self.device = torch.device(
+            ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+        )
         _seed_everything(config.seed)
-        # transformers wraps PreTrainedModel.to in functools.wraps, whose typeshed type (_Wrapped)
-        # is not bound as a method: mypy takes the device for ``self``.
-        model = AutoModelForCausalLM.from_pretrained(
-            resolve_model(config.model), dtype=torch.float32).to(self.device)  # type: ignore[arg-type]
+        # Any: with LoRA the model becomes a PEFT model (and transformers' ``.to`` is typed
+        # through functools.wraps, which mypy does not bind as a method).
+        model: Any = AutoModelForCausalLM.from_pretrained(resolve_model(config.model), dtype=torch.float32)
+        model = model.to(self.device)
         self.reference = None
         if config.lora_rank > 0:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(
-                r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0,
-                target_modules=list(config.lora_targets)))
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=config.lora_rank,
+                    lora_alpha=config.lora_alpha,
+                    lora_dropout=0.0,
+                    target_modules=list(config.lora_targets),
+                ),
+            )
         elif config.kl_coef:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.model = model
@@ -204,14 +219,14 @@ class Learner:
             torch.nn.init.zeros_(self.value_head.weight)  # V = 0 until trained
             torch.nn.init.zeros_(self.value_head.bias)
         self.autocast = self.device.type == "cuda" and torch.cuda.is_bf16_supported()
-        groups: list[dict[str, Any]] = [
-            {"params": [p for p in self.model.parameters() if p.requires_grad]}]
+        groups: list[dict[str, Any]] = [{"params": [p for p in self.model.parameters() if p.requires_grad]}]
         if self.value_head is not None:
             groups.append({"params": list(self.value_head.parameters()), "lr": config.value_lr})
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
         warmup = max(config.warmup_steps, 0)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+        )
         self.step = 0
         """Optimizer steps taken."""
 
@@ -220,9 +235,14 @@ class Learner:
     def _modules(self) -> list[torch.nn.Module]:
         return [self.model] + ([self.value_head] if self.value_head is not None else [])
 
-    def _forward(self, rows: list[TrainingRow], model: Any | None = None, *, entropy: bool = False,
-                 values: bool = False
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    def _forward(
+        self,
+        rows: list[TrainingRow],
+        model: Any | None = None,
+        *,
+        entropy: bool = False,
+        values: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(response logprobs, mask, entropy, values): [rows, longest response] tensors and,
         with ``values``, the value head's [rows] output at each row's last prompt token.
 
@@ -239,26 +259,38 @@ class Learner:
         model = model or self.model
         lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         longest = int(lengths.max())
-        suffix_ids, suffix_mask, _ = left_pad([r.prompt_ids[-1:] + r.response_ids for r in rows],
-                                              0, self.device)
+        suffix_ids, suffix_mask, _ = left_pad(
+            [r.prompt_ids[-1:] + r.response_ids for r in rows], 0, self.device
+        )
         distinct: dict[tuple[int, ...], int] = {}
-        which = torch.tensor([distinct.setdefault(tuple(r.prompt_ids[:-1]), len(distinct))
-                              for r in rows], device=self.device)
+        which = torch.tensor(
+            [distinct.setdefault(tuple(r.prompt_ids[:-1]), len(distinct)) for r in rows], device=self.device
+        )
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             cache, attention = None, suffix_mask
             if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
                 prefix_ids, prefix_mask, prefix_positions = left_pad(list(distinct), 0, self.device)
-                cache = model(input_ids=prefix_ids, attention_mask=prefix_mask,
-                              position_ids=prefix_positions, use_cache=True,
-                              logits_to_keep=1).past_key_values
+                cache = model(
+                    input_ids=prefix_ids,
+                    attention_mask=prefix_mask,
+                    position_ids=prefix_positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                ).past_key_values
                 for layer in cache.layers:
                     layer.keys = layer.keys.index_select(0, which)
                     layer.values = layer.values.index_select(0, which)
                 attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1]:]
-            out = model(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
-                        past_key_values=cache, use_cache=False, logits_to_keep=longest + 1,
-                        output_hidden_states=values)
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
+            out = model(
+                input_ids=suffix_ids,
+                attention_mask=attention,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=False,
+                logits_to_keep=longest + 1,
+                output_hidden_states=values,
+            )
             value = None
             if values:
                 last_prompt = suffix_ids.shape[1] - 1 - lengths
@@ -280,7 +312,7 @@ class Learner:
         for indices in _micro_batches(rows, self.config.micro_batch_tokens):
             lp = self._forward([rows[i] for i in indices])[0]
             for j, i in enumerate(indices):
-                out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids):].tolist()
+                out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids) :].tolist()
         return out
 
     @torch.no_grad()
@@ -309,10 +341,10 @@ class Learner:
         cfg = self.config
         if not rows:
             return {"skipped_empty_batch": 1.0}
-        if self.value_head is not None and any(
-                r.value_target is None or r.old_value is None for r in rows):
-            raise ValueError("a learner with a value head needs value_target and old_value on "
-                             "every row (from credit.gae)")
+        if self.value_head is not None and any(r.value_target is None or r.old_value is None for r in rows):
+            raise ValueError(
+                "a learner with a value head needs value_target and old_value on every row (from credit.gae)"
+            )
         single_step = cfg.ppo_epochs == 1 and cfg.mini_batches == 1
         old: Sequence[list[float] | None]
         if cfg.old_logprobs == "generator":
@@ -330,13 +362,15 @@ class Learner:
             rng.shuffle(order)
             size = math.ceil(len(order) / cfg.mini_batches)
             for start in range(0, len(order), size):
-                chosen = order[start:start + size]
-                history.append(self._optimizer_step([rows[i] for i in chosen],
-                                                    [old[i] for i in chosen], use_kl))
+                chosen = order[start : start + size]
+                history.append(
+                    self._optimizer_step([rows[i] for i in chosen], [old[i] for i in chosen], use_kl)
+                )
         return {k: float(np.mean([h[k] for h in history])) for k in history[0]}
 
-    def _optimizer_step(self, rows: list[TrainingRow], old_logprobs: list[list[float] | None],
-                        use_kl: bool) -> dict[str, float]:
+    def _optimizer_step(
+        self, rows: list[TrainingRow], old_logprobs: list[list[float] | None], use_kl: bool
+    ) -> dict[str, float]:
         """One optimizer step on ``rows``; an old log-prob entry of ``None`` means "this model's
         current values" (taken detached from the step's own forward pass)."""
         cfg = self.config
@@ -344,35 +378,58 @@ class Learner:
         aggregation = cast(Aggregation, cfg.aggregation)
         kl_estimator = cast(KLEstimator, cfg.kl_estimator)
         total_tokens = sum(len(r.response_ids) for r in rows)
-        sums: dict[str, float] = {"loss": 0.0, "pg_loss": 0.0, "pg_clipfrac": 0.0,
-                                  "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+        sums: dict[str, float] = {
+            "loss": 0.0,
+            "pg_loss": 0.0,
+            "pg_clipfrac": 0.0,
+            "approx_kl": 0.0,
+            "entropy": 0.0,
+            "kl": 0.0,
+        }
         if self.value_head is not None:
             sums["vf_loss"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
         for indices in _micro_batches(rows, cfg.micro_batch_tokens):
             batch = [rows[i] for i in indices]
-            logp, mask, entropy, value = self._forward(batch, entropy=True,
-                                                       values=self.value_head is not None)
+            logp, mask, entropy, value = self._forward(
+                batch, entropy=True, values=self.value_head is not None
+            )
             old = logp.detach().clone()
             for j, i in enumerate(indices):
                 if old_logprobs[i] is not None:
-                    old[j, old.shape[1] - len(rows[i].response_ids):] = torch.tensor(old_logprobs[i])
+                    old[j, old.shape[1] - len(rows[i].response_ids) :] = torch.tensor(old_logprobs[i])
             adv = torch.tensor([r.advantage for r in batch], device=self.device)
             ref = self._reference_logprobs(batch) if use_kl else None
-            out = policy_loss(logp, old, adv, mask, clip_low=cfg.clip_low,
-                              clip_high=cfg.clip_high, dual_clip=cfg.dual_clip,
-                              aggregation=aggregation, ref_logp=ref, kl_coef=cfg.kl_coef,
-                              kl_estimator=kl_estimator, entropy=entropy,
-                              entropy_coeff=cfg.entropy_coeff)
+            out = policy_loss(
+                logp,
+                old,
+                adv,
+                mask,
+                clip_low=cfg.clip_low,
+                clip_high=cfg.clip_high,
+                dual_clip=cfg.dual_clip,
+                aggregation=aggregation,
+                ref_logp=ref,
+                kl_coef=cfg.kl_coef,
+                kl_estimator=kl_estimator,
+                entropy=entropy,
+                entropy_coeff=cfg.entropy_coeff,
+            )
             # Weight each micro-batch by its share, so accumulation equals the whole mini-batch.
-            share = (int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean"
-                     else len(batch) / len(rows))
+            share = (
+                int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean" else len(batch) / len(rows)
+            )
             loss = out.loss * share
             if value is not None:
                 targets = torch.tensor([[r.value_target] for r in batch], device=self.device)
                 old_v = torch.tensor([[r.old_value] for r in batch], device=self.device)
-                vf = value_loss(value[:, None], old_v, targets,
-                                torch.ones_like(old_v, dtype=torch.bool), clip=cfg.value_clip)
+                vf = value_loss(
+                    value[:, None],
+                    old_v,
+                    targets,
+                    torch.ones_like(old_v, dtype=torch.bool),
+                    clip=cfg.value_clip,
+                )
                 rows_share = len(batch) / len(rows)  # the value loss is a mean over rows
                 loss = loss + cfg.vf_coef * vf * rows_share
                 sums["vf_loss"] += rows_share * vf.item()
@@ -391,8 +448,12 @@ class Learner:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        return {**sums, "grad_norm": float(grad_norm), "lr": float(self.scheduler.get_last_lr()[0]),
-                "tokens": float(total_tokens)}
+        return {
+            **sums,
+            "grad_norm": float(grad_norm),
+            "lr": float(self.scheduler.get_last_lr()[0]),
+            "tokens": float(total_tokens),
+        }
 
     # --- checkpoints --------------------------------------------------------------------------
 
@@ -430,8 +491,13 @@ class Learner:
         state = torch.load(Path(path) / "learner.pt", map_location=self.device, weights_only=False)
         weights = dict(state["weights"])
         if self.value_head is not None:
-            self.value_head.load_state_dict({k[len("value_head."):]: weights.pop(k)
-                                             for k in list(weights) if k.startswith("value_head.")})
+            self.value_head.load_state_dict(
+                {
+                    k[len("value_head.") :]: weights.pop(k)
+                    for k in list(weights)
+                    if k.startswith("value_head.")
+                }
+            )
         if self.config.lora_rank > 0:
             from peft import set_peft_model_state_dict
 
@@ -452,8 +518,7 @@ def _seed_everything(seed: int) -> None:
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(),
-             "torch": torch.get_rng_state()}
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

@@ -132,7 +132,8 @@ class TrainConfig:
                 raise ValueError(
                     "generator=vllm with full fine-tuning needs a GPU: the CPU build of vLLM does "
                     "not fully apply reloaded weights (see tests/policies/test_weight_sync.py); use "
-                    "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf")
+                    "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf"
+                )
         from agentgym.prompting import Prompter
 
         try:
@@ -142,14 +143,24 @@ class TrainConfig:
         for name in ("estimator", "compare_with"):
             value = getattr(self, name)
             if value is not None and value not in ESTIMATORS and value not in _WITH_SCORERS:
-                raise ValueError(f"unknown {name} {value!r}; choose one of "
-                                 f"{sorted(ESTIMATORS) + list(_WITH_SCORERS)}")
+                raise ValueError(
+                    f"unknown {name} {value!r}; choose one of {sorted(ESTIMATORS) + list(_WITH_SCORERS)}"
+                )
         if self.estimator == "ppo":
             self.learner.value_head = True
         if self.answer_template is not None and "{}" not in self.answer_template:
             raise ValueError(f"answer_template must contain '{{}}', got {self.answer_template!r}")
-        for name in ("steps", "tasks_per_step", "group_size", "max_turns", "sampling.max_tokens",
-                     "concurrency", "eval_every", "eval_tasks", "spa_refit_every"):
+        for name in (
+            "steps",
+            "tasks_per_step",
+            "group_size",
+            "max_turns",
+            "sampling.max_tokens",
+            "concurrency",
+            "eval_every",
+            "eval_tasks",
+            "spa_refit_every",
+        ):
             value = self.sampling.max_tokens if name == "sampling.max_tokens" else getattr(self, name)
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -177,8 +188,12 @@ def _default(name: str) -> Any:
 
 
 #: Old names of train keys: ``{old: new}``. An override of an old name is an error naming the new.
-RENAMED = {"trainer": "estimator", "groups_per_step": "tasks_per_step",
-           "max_tokens": "sampling.max_tokens", "temperature": "sampling.temperature"}
+RENAMED = {
+    "trainer": "estimator",
+    "groups_per_step": "tasks_per_step",
+    "max_tokens": "sampling.max_tokens",
+    "temperature": "sampling.temperature",
+}
 
 
 def register_configs() -> None:
@@ -225,14 +240,18 @@ class Trainer:
         self.learner = Learner(cfg.learner)
         self.policy: HFPolicy | VLLMPolicy
         if cfg.generator == "hf":
-            self.policy = HFPolicy(cfg.learner.model, module=self.learner.model,
-                                   max_batch_size=cfg.concurrency)
+            self.policy = HFPolicy(
+                cfg.learner.model, module=self.learner.model, max_batch_size=cfg.concurrency
+            )
         else:
             from agentgym.policies.vllm import VLLMPolicy
 
             self.policy = VLLMPolicy.launch(
-                cfg.learner.model, enable_lora=cfg.learner.lora_rank > 0,
-                max_lora_rank=max(cfg.learner.lora_rank, 8), env={"VLLM_SERVER_DEV_MODE": "1"})
+                cfg.learner.model,
+                enable_lora=cfg.learner.lora_rank > 0,
+                max_lora_rank=max(cfg.learner.lora_rank, 8),
+                env={"VLLM_SERVER_DEV_MODE": "1"},
+            )
         self.prompter = Prompter(family=manifest(cfg.env).family, **cfg.prompt)
         self.progress: Any = None  # SPA's estimator, made on first use
         self.start_step = 0
@@ -250,28 +269,41 @@ class Trainer:
     def _truncate_metrics(self, keep_below: int) -> None:
         path = self.out / "metrics.jsonl"
         if path.exists():
-            lines = [ln for ln in path.read_text().splitlines()
-                     if ln.strip() and json.loads(ln)["step"] < keep_below]
+            lines = [
+                ln
+                for ln in path.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] < keep_below
+            ]
             path.write_text("".join(ln + "\n" for ln in lines))
 
-    async def _collect(self, tasks: list[Task], group_size: int, temperature: float,
-                       env_kwargs: dict[str, Any] | None = None) -> list[Episode]:
+    async def _collect(
+        self, tasks: list[Task], group_size: int, temperature: float, env_kwargs: dict[str, Any] | None = None
+    ) -> list[Episode]:
         return await acollect(
-            self.cfg.env, self.policy, tasks, group_size=group_size, max_turns=self.cfg.max_turns,
-            concurrency=self.cfg.concurrency, prompter=self.prompter,
+            self.cfg.env,
+            self.policy,
+            tasks,
+            group_size=group_size,
+            max_turns=self.cfg.max_turns,
+            concurrency=self.cfg.concurrency,
+            prompter=self.prompter,
             sampling=self.cfg.sampling.params(temperature=temperature),
             env_kwargs=self.cfg.env_kwargs if env_kwargs is None else env_kwargs,
-            progress=self.cfg.progress)
+            progress=self.cfg.progress,
+        )
 
     async def evaluate(self) -> dict[str, Any]:
         """The held-out evaluation: ``eval_success`` (the rate) and ``eval_outcomes``, 1 or 0 for
         each evaluation task in seed order. The tasks and every request's sampling seed are the
         same at each evaluation, so two evaluations of a run are paired task by task."""
         tasks = [Task(None, self.cfg.eval_seed + i) for i in range(self.cfg.eval_tasks)]
-        episodes = await self._collect(tasks, 1, self.cfg.eval_temperature,
-                                       self.cfg.env_kwargs | self.cfg.eval_env_kwargs)
-        return {"eval_success": _success(episodes),
-                "eval_outcomes": [int(bool(e.success)) for e in sorted(episodes, key=_seed)]}
+        episodes = await self._collect(
+            tasks, 1, self.cfg.eval_temperature, self.cfg.env_kwargs | self.cfg.eval_env_kwargs
+        )
+        return {
+            "eval_success": _success(episodes),
+            "eval_outcomes": [int(bool(e.success)) for e in sorted(episodes, key=_seed)],
+        }
 
     async def step(self, k: int) -> dict[str, Any]:
         cfg = self.cfg
@@ -298,13 +330,16 @@ class Trainer:
         done = time.perf_counter()
         tokens = sum(len(t.response_ids) for e in scored for t in e.turns)
         return {
-            "step": k, "train_success": _success(episodes),
+            "step": k,
+            "train_success": _success(episodes),
             "mean_return": float(np.mean([e.outcome for e in scored])) if scored else None,
-            "errors": len(episodes) - len(scored), "turns": len(table),
+            "errors": len(episodes) - len(scored),
+            "turns": len(table),
             "advantage_mean": float(advantages.mean()) if len(advantages) else 0.0,
             "advantage_std": float(advantages.std()) if len(advantages) else 0.0,
             "response_length": tokens / max(len(table), 1),
-            "collect_s": collected - started, "update_s": done - collected,
+            "collect_s": collected - started,
+            "update_s": done - collected,
             "update_tokens_per_s": update.get("tokens", 0.0) / max(done - collected, 1e-9),
             **gain_metrics,
             **{f"update/{k2}": v for k2, v in update.items()},
@@ -324,8 +359,9 @@ class Trainer:
         from agentgym.trainers.progress import ProgressEstimator
 
         if self.progress is None:
-            self.progress = ProgressEstimator(hidden_size=self.learner.model.config.hidden_size,
-                                              seed=self.cfg.learner.seed)
+            self.progress = ProgressEstimator(
+                hidden_size=self.learner.model.config.hidden_size, seed=self.cfg.learner.seed
+            )
         return self.progress
 
     def _spa_advantages(self, k: int, episodes: list[Episode], table: TurnTable) -> np.ndarray:
@@ -338,34 +374,39 @@ class Trainer:
         estimator = self._progress_estimator()
         if (fresh or k % self.cfg.spa_refit_every == 0) and len(table):
             estimator.fit(features, table)
-        return credit.spa(table, estimator.contributions(features), estimator="group",
-                          **self.cfg.estimator_kwargs)
+        return credit.spa(
+            table, estimator.contributions(features), estimator="group", **self.cfg.estimator_kwargs
+        )
 
-    def _igpo_advantages(self, episodes: list[Episode], table: TurnTable
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def _igpo_advantages(self, episodes: list[Episode], table: TurnTable) -> tuple[np.ndarray, np.ndarray]:
         """IGPO: the current policy's log-probability of each episode's ground truth after every
         turn, as information-gain rewards beside the outcome (``credit.igpo``). Returns the
         advantages and the raw information gains per row."""
         missing = [e.episode_id for e in episodes if e.ground_truth is None]
         if missing:
-            raise ValueError(f"estimator=igpo needs info['ground_truth'] from the env; "
-                             f"{self.cfg.env} gave none for {len(missing)} episode(s), e.g. "
-                             f"{missing[0]!r}")
+            raise ValueError(
+                f"estimator=igpo needs info['ground_truth'] from the env; "
+                f"{self.cfg.env} gave none for {len(missing)} episode(s), e.g. "
+                f"{missing[0]!r}"
+            )
         template = self.cfg.answer_template or self.prompter.answer_template
         scores, initial = answer_scores(
-            self.learner.model, self.policy.tokenizer, self.prompter, episodes,
-            [str(e.ground_truth) for e in episodes], template=template,
-            token_budget=self.cfg.learner.micro_batch_tokens)
+            self.learner.model,
+            self.policy.tokenizer,
+            self.prompter,
+            episodes,
+            [str(e.ground_truth) for e in episodes],
+            template=template,
+            token_budget=self.cfg.learner.micro_batch_tokens,
+        )
         kwargs = self.cfg.estimator_kwargs
-        gains = credit.information_gains(table, scores, initial,
-                                         basis=kwargs.get("basis", "logprob"))
+        gains = credit.information_gains(table, scores, initial, basis=kwargs.get("basis", "logprob"))
         return credit.igpo(table, scores, initial, **kwargs), gains
 
     def checkpoint(self, step: int) -> None:
         """Everything a resume needs: the learner's state, the step, SPA's estimator."""
         progress = self.progress.state_dict() if self.progress is not None else None
-        self.learner.save_checkpoint(self.out / "checkpoint",
-                                     extra={"step": step, "progress": progress})
+        self.learner.save_checkpoint(self.out / "checkpoint", extra={"step": step, "progress": progress})
 
     def log(self, record: dict[str, Any]) -> None:
         """Append ``record`` to metrics.jsonl (and TensorBoard), redraw the learning curve."""
@@ -376,8 +417,9 @@ class Trainer:
                 if isinstance(value, (int, float)) and key != "step":
                     self.tensorboard.add_scalar(key, value, record["step"] + 1)
             self.tensorboard.flush()
-        plot_learning_curve(self.out / "metrics.jsonl", self.out / "learning_curve.png",
-                            self.cfg.eval_temperature)
+        plot_learning_curve(
+            self.out / "metrics.jsonl", self.out / "learning_curve.png", self.cfg.eval_temperature
+        )
 
     def close(self) -> None:
         if self.tensorboard is not None:
@@ -404,11 +446,13 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
     import matplotlib.pyplot as plt
 
     records = [json.loads(ln) for ln in metrics_path.read_text().splitlines() if ln.strip()]
-    evals = [(r["step"] + 1, r["eval_success"]) for r in records
-             if r.get("eval_success") is not None]  # evaluated after the step's update
+    evals = [
+        (r["step"] + 1, r["eval_success"]) for r in records if r.get("eval_success") is not None
+    ]  # evaluated after the step's update
     records = [r for r in records if r["step"] >= 0]
-    gain_keys = sorted({k for r in records for k in r if k.startswith("ig/turn_")},
-                       key=lambda k: int(k.rsplit("_", 1)[1]))
+    gain_keys = sorted(
+        {k for r in records for k in r if k.startswith("ig/turn_")}, key=lambda k: int(k.rsplit("_", 1)[1])
+    )
     fig, axes = plt.subplots(1, 3 if gain_keys else 2, figsize=(15 if gain_keys else 10, 4))
     ax1, ax2 = axes[0], axes[1]
     steps = [r["step"] for r in records]
@@ -427,8 +471,9 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
             ax = [(r["step"], r[key]) for r in records if r.get(key) is not None]
             axes[2].plot(*zip(*ax), marker=".", label=f"turn {key.rsplit('_', 1)[1]}")
         axes[2].axhline(0.0, color="grey", lw=0.8)
-        axes[2].set(xlabel="update step", ylabel="mean v_t - v_(t-1) (nats)",
-                    title="Information gain per turn")
+        axes[2].set(
+            xlabel="update step", ylabel="mean v_t - v_(t-1) (nats)", title="Information gain per turn"
+        )
         axes[2].legend()
     fig.tight_layout()
     with atomic_path(png_path) as tmp:
@@ -436,8 +481,7 @@ def plot_learning_curve(metrics_path: Path, png_path: Path, eval_temperature: fl
         plt.close(fig)
 
 
-async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
-                 ) -> list[dict[str, Any]]:
+async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Run (or resume) training; return the metric records of the steps run now. ``baseline``:
     the evaluation of the untrained policy, when another run already made it (same model, tasks
     and sampling seeds); else it is run here."""
@@ -460,7 +504,10 @@ async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None
             console.print(
                 f"step {k}: train success {record['train_success']}, "
                 f"eval {record.get('eval_success', '-')}, loss {record['update/loss']:.4f}"
-                if "update/loss" in record else f"step {k}: {record}", highlight=False)
+                if "update/loss" in record
+                else f"step {k}: {record}",
+                highlight=False,
+            )
     finally:
         trainer.close()
         await trainer.policy.aclose()
@@ -474,39 +521,61 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
     records = asyncio.run(atrain(cfg))
     other = None
     if cfg.compare_with is not None:
-        other = replace(cfg, estimator=cfg.compare_with, compare_with=None,
-                        out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}")
+        other = replace(
+            cfg,
+            estimator=cfg.compare_with,
+            compare_with=None,
+            out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}",
+        )
         console.print(f"comparison run: estimator={other.estimator} into {other.out_dir}")
         # Both runs start from the same weights and evaluate the same tasks with the same
         # sampling seeds: the main run's baseline evaluation is the comparison's too.
         metrics = (Path(cfg.out_dir) / "metrics.jsonl").read_text().splitlines()
-        baseline = next(({k: r[k] for k in ("eval_success", "eval_outcomes")}
-                         for r in map(json.loads, metrics) if r["step"] == -1), None)
+        baseline = next(
+            (
+                {k: r[k] for k in ("eval_success", "eval_outcomes")}
+                for r in map(json.loads, metrics)
+                if r["step"] == -1
+            ),
+            None,
+        )
         asyncio.run(atrain(other, baseline))
-        plot_comparison({cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
-                        Path(cfg.out_dir) / "comparison.png")
-    console.print(train_summary(cfg, time.perf_counter() - started, len(records),
-                                other.out_dir if other is not None else None),
-                  highlight=False, markup=False, soft_wrap=True)
+        plot_comparison(
+            {cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
+            Path(cfg.out_dir) / "comparison.png",
+        )
+    console.print(
+        train_summary(
+            cfg, time.perf_counter() - started, len(records), other.out_dir if other is not None else None
+        ),
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     return records
 
 
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else (
-        f"{minutes}m {secs:02d}s" if minutes else f"{seconds:.1f}s")
+    return (
+        f"{hours}h {minutes:02d}m {secs:02d}s"
+        if hours
+        else (f"{minutes}m {secs:02d}s" if minutes else f"{seconds:.1f}s")
+    )
 
 
 def _held_out(run: Path) -> tuple[float | None, tuple[int, float] | None, int]:
     """(untrained success, (step, success) of the last evaluation after an update, steps done)
     of the run directory ``run``, from its metrics.jsonl."""
     path = run / "metrics.jsonl"
-    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] \
-        if path.is_file() else []
+    records = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
     before = next((r.get("eval_success") for r in records if r["step"] == -1), None)
-    after = [(r["step"] + 1, r["eval_success"]) for r in records
-             if r["step"] >= 0 and r.get("eval_success") is not None]
+    after = [
+        (r["step"] + 1, r["eval_success"])
+        for r in records
+        if r["step"] >= 0 and r.get("eval_success") is not None
+    ]
     return before, after[-1] if after else None, max((r["step"] + 1 for r in records), default=0)
 
 
@@ -514,34 +583,44 @@ def _rate(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
 
 
-def train_summary(cfg: TrainConfig, seconds: float, steps_run: int,
-                  comparison_dir: str | None = None) -> str:
+def train_summary(cfg: TrainConfig, seconds: float, steps_run: int, comparison_dir: str | None = None) -> str:
     """What ``agentgym train`` prints last: the steps, the held-out success before training and
     after (as measured), the time, and the paths the run wrote."""
     out = Path(cfg.out_dir)
     before, after, done = _held_out(out)
-    how = ("greedy" if cfg.eval_temperature == 0 else f"T={cfg.eval_temperature:g}") + \
-        f", {cfg.eval_tasks} held-out tasks"
-    lines = [f"agentgym train: done: {cfg.estimator} on {cfg.env}, {done}/{cfg.steps} steps "
-             f"({steps_run} in this run) in {_duration(seconds)}"]
+    how = (
+        "greedy" if cfg.eval_temperature == 0 else f"T={cfg.eval_temperature:g}"
+    ) + f", {cfg.eval_tasks} held-out tasks"
+    lines = [
+        f"agentgym train: done: {cfg.estimator} on {cfg.env}, {done}/{cfg.steps} steps "
+        f"({steps_run} in this run) in {_duration(seconds)}"
+    ]
     if after is not None:
-        lines.append(f"  held-out success: {_rate(before)} untrained -> {_rate(after[1])} after "
-                     f"step {after[0]} ({how})")
+        lines.append(
+            f"  held-out success: {_rate(before)} untrained -> {_rate(after[1])} after "
+            f"step {after[0]} ({how})"
+        )
     elif before is not None:
         lines.append(f"  held-out success untrained: {_rate(before)} ({how})")
     if comparison_dir is not None:
         c_before, c_after, _ = _held_out(Path(comparison_dir))
         if c_after is not None:
-            lines.append(f"  {cfg.compare_with} (comparison): {_rate(c_before)} untrained -> "
-                         f"{_rate(c_after[1])} after step {c_after[0]}")
-    wrote = [(out / "metrics.jsonl", "metrics, one JSON line per step"),
-             (out / "learning_curve.png", "learning curve"),
-             (out / "checkpoint" / "learner.pt", "checkpoint (resume=true continues from it)"),
-             (out / "tensorboard", "TensorBoard events"),
-             (out / "pushed", "weights pushed to the generator")]
+            lines.append(
+                f"  {cfg.compare_with} (comparison): {_rate(c_before)} untrained -> "
+                f"{_rate(c_after[1])} after step {c_after[0]}"
+            )
+    wrote = [
+        (out / "metrics.jsonl", "metrics, one JSON line per step"),
+        (out / "learning_curve.png", "learning curve"),
+        (out / "checkpoint" / "learner.pt", "checkpoint (resume=true continues from it)"),
+        (out / "tensorboard", "TensorBoard events"),
+        (out / "pushed", "weights pushed to the generator"),
+    ]
     if comparison_dir is not None:
-        wrote += [(Path(comparison_dir), f"the {cfg.compare_with} comparison run (the same files)"),
-                  (out / "comparison.png", "both runs' curves")]
+        wrote += [
+            (Path(comparison_dir), f"the {cfg.compare_with} comparison run (the same files)"),
+            (out / "comparison.png", "both runs' curves"),
+        ]
     lines.append("  wrote:")
     lines += [f"    {path}  {what}" for path, what in wrote if path.exists()]
     return "\n".join(lines)
@@ -556,18 +635,18 @@ def plot_comparison(runs: dict[str, Path], png_path: Path) -> None:
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     for label, run in runs.items():
-        records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()
-                   if ln.strip()]
-        evals = [(r["step"] + 1, r["eval_success"]) for r in records
-                 if r.get("eval_success") is not None]
+        records = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines() if ln.strip()]
+        evals = [(r["step"] + 1, r["eval_success"]) for r in records if r.get("eval_success") is not None]
         if evals:
             ax1.plot(*zip(*evals), marker="o", label=label)
-        trained = [(r["step"], r["mean_return"]) for r in records
-                   if r["step"] >= 0 and r.get("mean_return") is not None]
+        trained = [
+            (r["step"], r["mean_return"])
+            for r in records
+            if r["step"] >= 0 and r.get("mean_return") is not None
+        ]
         if trained:
             ax2.plot(*zip(*trained), marker=".", label=label)
-    ax1.set(xlabel="update step", ylabel="success rate", ylim=(-0.02, 1.02),
-            title="Held-out success")
+    ax1.set(xlabel="update step", ylabel="success rate", ylim=(-0.02, 1.02), title="Held-out success")
     ax2.set(xlabel="update step", ylabel="mean episode return", title="Training return")
     ax1.legend()
     ax2.legend()

@@ -14,13 +14,13 @@ import torch
 
 __all__ = ["Aggregation", "PolicyLossOutput", "aggregate", "kl_penalty", "policy_loss", "value_loss"]
 
-Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean",
-                      "seq-mean-token-sum-norm"]
+Aggregation = Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
 
 
-def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation = "token-mean",
-              norm_length: int | None = None) -> torch.Tensor:
+def aggregate(
+    loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation = "token-mean", norm_length: int | None = None
+) -> torch.Tensor:
     """Reduce a [batch, tokens] loss to a scalar over the masked tokens.
 
     * ``token-mean``: sum over all tokens / number of tokens (every token weighs the same);
@@ -46,8 +46,7 @@ def aggregate(loss: torch.Tensor, mask: torch.Tensor, mode: Aggregation = "token
     return (per_seq * present).sum() / present.sum().clamp_min(1.0)
 
 
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KLEstimator = "k3"
-               ) -> torch.Tensor:
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: KLEstimator = "k3") -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from log-probabilities of sampled tokens.
 
     k1 = logp - ref; k2 = 0.5 (logp - ref)^2; k3 (= low_var_kl) = exp(ref - logp) - (ref - logp) - 1,
@@ -128,13 +127,20 @@ def policy_loss(
         denom = mask_f.sum().clamp_min(1.0)
         approx_kl = (kl_penalty(old_logp, logp, "k3") * mask_f).sum() / denom
         pg_clipfrac = (clipfrac * mask_f).sum() / denom
-    return PolicyLossOutput(loss=total, pg_loss=pg, pg_clipfrac=pg_clipfrac, approx_kl=approx_kl,
-                            kl=kl, entropy=ent)
+    return PolicyLossOutput(
+        loss=total, pg_loss=pg, pg_clipfrac=pg_clipfrac, approx_kl=approx_kl, kl=kl, entropy=ent
+    )
 
 
-def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
-               mask: torch.Tensor, *, clip: float | None = 0.2,
-               aggregation: Aggregation = "token-mean") -> torch.Tensor:
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip: float | None = 0.2,
+    aggregation: Aggregation = "token-mean",
+) -> torch.Tensor:
     """Clipped value loss: 0.5 max((V - R)^2, (old_V + clip(V - old_V, -c, c) - R)^2).
 
     Tensors are [batch, positions] with a mask selecting the positions that carry a value (one

@@ -37,9 +37,14 @@ def turn_features(model: Any, episodes: Sequence[Episode], token_budget: int = 8
     out = np.zeros((len(sequences), model.config.hidden_size), dtype=np.float32)
     for chunk in budget_batches([len(s) for s in sequences], token_budget):
         ids, mask, positions = left_pad([sequences[i] for i in chunk], 0, device)
-        hidden = model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                       use_cache=False, output_hidden_states=True,
-                       logits_to_keep=1).hidden_states[-1]
+        hidden = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=False,
+            output_hidden_states=True,
+            logits_to_keep=1,
+        ).hidden_states[-1]
         out[chunk] = hidden[:, -1].float().cpu().numpy()  # left-padded: last token at the end
     return out
 
@@ -57,8 +62,9 @@ class ProgressEstimator:
 
     def __post_init__(self) -> None:
         generator = torch.Generator().manual_seed(self.seed)
-        self.head = torch.nn.Sequential(torch.nn.Linear(self.hidden_size, self.width),
-                                        torch.nn.Tanh(), torch.nn.Linear(self.width, 1))
+        self.head = torch.nn.Sequential(
+            torch.nn.Linear(self.hidden_size, self.width), torch.nn.Tanh(), torch.nn.Linear(self.width, 1)
+        )
         for p in self.head.parameters():  # deterministic initialisation, whatever the global RNG
             with torch.no_grad():
                 p.copy_(torch.randn(p.shape, generator=generator) * 0.02)
@@ -84,8 +90,7 @@ class ProgressEstimator:
         on the sums, full batch); returns the final mean squared error. Episodes without turns
         are left out."""
         if features.shape != (len(table), self.hidden_size):
-            raise ValueError(f"features must be ({len(table)}, {self.hidden_size}), "
-                             f"got {features.shape}")
+            raise ValueError(f"features must be ({len(table)}, {self.hidden_size}), got {features.shape}")
         if not np.isfinite(features).all() or not np.isfinite(table.episode_outcome).all():
             raise ValueError("features and outcomes must be finite")
         has_turns = torch.as_tensor(table.episode_length > 0)
@@ -94,8 +99,7 @@ class ProgressEstimator:
         x = x / self.scale
         episode = torch.as_tensor(table.episode)
         target = torch.as_tensor(table.episode_outcome, dtype=torch.float32)[has_turns]
-        optimizer = torch.optim.Adam(self.head.parameters(), lr=self.lr,
-                                     weight_decay=self.weight_decay)
+        optimizer = torch.optim.Adam(self.head.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         loss = torch.tensor(0.0)
         for _ in range(self.epochs):
             c = self.head(x).squeeze(-1)

@@ -22,8 +22,7 @@ __all__ = ["ADAPTER_NAME", "push_weights"]
 ADAPTER_NAME = "agentgym-policy"
 
 
-async def push_weights(learner: Learner, policy: Any, directory: str | Path,
-                       keep: int = 2) -> None:
+async def push_weights(learner: Learner, policy: Any, directory: str | Path, keep: int = 2) -> None:
     """Push ``learner``'s weights to ``policy`` and set its version to the learner's step.
 
     Folders of older pushes beyond the newest ``keep`` are deleted.
@@ -32,8 +31,10 @@ async def push_weights(learner: Learner, policy: Any, directory: str | Path,
         policy.policy_version = learner.step
         return
     if not hasattr(policy, "load_lora"):
-        raise TypeError(f"cannot push weights to {type(policy).__name__}: it neither shares the "
-                        "learner's model nor serves through vLLM")
+        raise TypeError(
+            f"cannot push weights to {type(policy).__name__}: it neither shares the "
+            "learner's model nor serves through vLLM"
+        )
     directory = Path(directory)
     lora = learner.config.lora_rank > 0
     kind = "adapter" if lora else "weights"

@@ -34,8 +34,7 @@ def test_cache_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
 @contextlib.contextmanager
 def holder(seconds: float) -> Iterator[subprocess.Popen[str]]:
     """A process that holds the lock ``test`` for ``seconds``, once it has taken it."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(seconds)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "held\n"
         yield proc
@@ -44,8 +43,7 @@ def holder(seconds: float) -> Iterator[subprocess.Popen[str]]:
         proc.wait(timeout=30)
 
 
-def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
     with holder(1.0) as proc:
         with host_lock("test"):
@@ -58,8 +56,9 @@ def test_a_host_lock_makes_another_process_wait(monkeypatch: pytest.MonkeyPatch,
     assert (tmp_path / "locks" / "test.lock").is_file()
 
 
-def test_a_lock_is_released_when_its_holder_is_killed(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_a_lock_is_released_when_its_holder_is_killed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
     with holder(300) as proc:
         proc.kill()  # failure injection: no clean-up runs

@@ -17,8 +17,15 @@ CLI = [sys.executable, "-m", "agentgym.cli"]
 
 
 def agentgym_cmd(*args: str, stdin: str | None = None, cwd: Path | None = None):
-    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env={**os.environ, "COLUMNS": "160"})
+    return subprocess.run(
+        [*CLI, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, "COLUMNS": "160"},
+    )
 
 
 def test_version():
@@ -62,8 +69,15 @@ def test_play_bad_input():
 
 def test_eval_writes_run_directory(tmp_path):
     out = tmp_path / "run"
-    proc = agentgym_cmd("eval", "env=agentgym/Household-v0", "tasks=6", "group_size=2",
-                        "max_turns=10", f"out_dir={out}", "progress=false")
+    proc = agentgym_cmd(
+        "eval",
+        "env=agentgym/Household-v0",
+        "tasks=6",
+        "group_size=2",
+        "max_turns=10",
+        f"out_dir={out}",
+        "progress=false",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 12 and summary["errors"] == 0
@@ -71,8 +85,9 @@ def test_eval_writes_run_directory(tmp_path):
     episodes = load_episodes(out / "episodes.jsonl")
     assert len(episodes) == 12 and all(e.num_turns >= 1 for e in episodes)
     assert "env: agentgym/Household-v0" in (out / "config.yaml").read_text()
-    assert proc.stdout.splitlines()[-1].startswith("agentgym eval: ok suite=agentgym_Household-v0 "
-                                                   "episodes=12 success=")
+    assert proc.stdout.splitlines()[-1].startswith(
+        "agentgym eval: ok suite=agentgym_Household-v0 episodes=12 success="
+    )
 
 
 def test_eval_bad_config():
@@ -103,13 +118,20 @@ def test_eval_train_and_collect_share_one_vocabulary():
     games = set(inspect.signature(multiagent.acollect).parameters)
     eval_keys, train_keys = {f.name for f in fields(EvalConfig)}, {f.name for f in fields(TrainConfig)}
     entry_keys = {f.name for f in fields(SuiteEntry)}
-    shared = {"tasks", "group_size", "max_turns", "concurrency", "sampling", "env_kwargs",
-              "progress"}
+    shared = {"tasks", "group_size", "max_turns", "concurrency", "sampling", "env_kwargs", "progress"}
     assert shared <= collect & eval_keys
     assert {"tasks", "group_size", "max_turns", "env_kwargs"} <= entry_keys
     assert {"retries", "sandbox"} <= collect & eval_keys
-    assert {"tasks", "group_size", "concurrency", "sampling", "env_kwargs", "progress",
-            "max_game_steps", "signals"} <= games & eval_keys
+    assert {
+        "tasks",
+        "group_size",
+        "concurrency",
+        "sampling",
+        "env_kwargs",
+        "progress",
+        "max_game_steps",
+        "signals",
+    } <= games & eval_keys
     assert shared - {"tasks"} <= train_keys and {"tasks_per_step", "eval_tasks"} <= train_keys
     old = set(RENAMED) | set(TRAIN_RENAMED) | set(RENAMED_ENTRY_KEYS)
     assert not old & (collect | games | eval_keys | train_keys | entry_keys)
@@ -121,12 +143,13 @@ def test_old_names_are_errors_naming_the_new_one():
     proc = agentgym_cmd("eval", "workers=4")
     assert proc.returncode == 2
     assert "agentgym eval: bad configuration: 'workers' is now 'concurrency'" in proc.stderr
-    assert proc.stdout.startswith("agentgym eval: error bad configuration: 'workers' is now "
-                                  "'concurrency'")
-    for override, message in [("trainer=grpo", "'trainer' is now 'estimator'"),
-                              ("groups_per_step=4", "'groups_per_step' is now 'tasks_per_step'"),
-                              ("max_tokens=6", "'max_tokens' is now 'sampling.max_tokens'"),
-                              ("temperature=0.5", "'temperature' is now 'sampling.temperature'")]:
+    assert proc.stdout.startswith("agentgym eval: error bad configuration: 'workers' is now 'concurrency'")
+    for override, message in [
+        ("trainer=grpo", "'trainer' is now 'estimator'"),
+        ("groups_per_step=4", "'groups_per_step' is now 'tasks_per_step'"),
+        ("max_tokens=6", "'max_tokens' is now 'sampling.max_tokens'"),
+        ("temperature=0.5", "'temperature' is now 'sampling.temperature'"),
+    ]:
         proc = agentgym_cmd("train", override)
         assert proc.returncode == 2, proc.stderr
         assert f"agentgym train: bad configuration: {message}" in proc.stdout, proc.stdout
@@ -137,15 +160,15 @@ def test_train_types_and_typos_name_the_key(capsys):
     from agentgym.trainers.loop import TrainConfig
 
     for override, message in [
-            ("steps=abc", "bad value for 'steps': Value 'abc' of type 'str' could not be "
-                          "converted to Integer"),
-            ("learner.lora_rank=1.5", "bad value for 'learner.lora_rank'"),
-            ("lerner.lr=1e-5", "no key 'lerner'; did you mean 'learner'?"),
-            ("learner.lrr=1e-5", "no key 'learner.lrr'; did you mean 'learner.lr'?"),
-            ("+learner.lrr=1e-5", "no key 'learner.lrr'; did you mean 'learner.lr'?"),
-            ("estimater=grpo", "no key 'estimater'; did you mean 'estimator'?"),
-            ("learner.aggregation=mean", "learner.aggregation must be one of"),
-            ("estimator=ppo2", "unknown estimator 'ppo2'")]:
+        ("steps=abc", "bad value for 'steps': Value 'abc' of type 'str' could not be converted to Integer"),
+        ("learner.lora_rank=1.5", "bad value for 'learner.lora_rank'"),
+        ("lerner.lr=1e-5", "no key 'lerner'; did you mean 'learner'?"),
+        ("learner.lrr=1e-5", "no key 'learner.lrr'; did you mean 'learner.lr'?"),
+        ("+learner.lrr=1e-5", "no key 'learner.lrr'; did you mean 'learner.lr'?"),
+        ("estimater=grpo", "no key 'estimater'; did you mean 'estimator'?"),
+        ("learner.aggregation=mean", "learner.aggregation must be one of"),
+        ("estimator=ppo2", "unknown estimator 'ppo2'"),
+    ]:
         assert main(["train", override]) == 2, override
         assert message in capsys.readouterr().out.replace("\n", ""), override
     # the same checks for callers that build the config from a dict
@@ -188,8 +211,7 @@ def test_help_lists_every_key_with_its_default_and_meaning():
 def test_cfg_job_prints_the_composed_config_and_info_says_where_it_comes_from():
     import yaml
 
-    proc = agentgym_cmd("eval", "--cfg", "job", "env=agentgym/GuessNumber-v0", "tasks=3",
-                        "policy=scripted")
+    proc = agentgym_cmd("eval", "--cfg", "job", "env=agentgym/GuessNumber-v0", "tasks=3", "policy=scripted")
     assert proc.returncode == 0, proc.stderr
     cfg = yaml.safe_load(proc.stdout)
     assert (cfg["env"], cfg["tasks"], cfg["concurrency"]) == ("agentgym/GuessNumber-v0", 3, 16)
@@ -216,13 +238,15 @@ def test_train_summary_says_what_it_did_and_wrote(tmp_path):
     (out / "checkpoint").mkdir(parents=True)
     (out / "checkpoint" / "learner.pt").write_bytes(b"x")
     (out / "learning_curve.png").write_bytes(b"x")
-    records = [{"step": -1, "eval_success": 0.25}, {"step": 0, "train_success": 0.5},
-               {"step": 1, "train_success": 0.5, "eval_success": 0.5}]
+    records = [
+        {"step": -1, "eval_success": 0.25},
+        {"step": 0, "train_success": 0.5},
+        {"step": 1, "train_success": 0.5, "eval_success": 0.5},
+    ]
     (out / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     text = train_summary(TrainConfig(out_dir=str(out), steps=2, eval_tasks=4), 75.0, 2)
     assert "gigpo on agentgym/Sokoban-v0, 2/2 steps (2 in this run) in 1m 15s" in text
-    assert "held-out success: 25.0% untrained -> 50.0% after step 2 (greedy, 4 held-out tasks)" \
-        in text
+    assert "held-out success: 25.0% untrained -> 50.0% after step 2 (greedy, 4 held-out tasks)" in text
     for path in ("metrics.jsonl", "learning_curve.png", "checkpoint/learner.pt"):
         assert str(out / path) in text
     assert "tensorboard" not in text  # only what exists

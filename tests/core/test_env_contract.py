@@ -61,7 +61,7 @@ def test_action_helpers():
     assert extract_tag("a <action>up</action> b <ACTION> Left </ACTION>") == "Left"
     assert extract_tag("no tag here") is None
     assert extract_tag("<answer>\nParis\n</answer>", "answer") == "Paris"
-    assert normalize_action('  **Go  to\tCabinet 1.** ') == "go to cabinet 1"
+    assert normalize_action("  **Go  to\tCabinet 1.** ") == "go to cabinet 1"
     assert match_action("GO TO cabinet 1", ["go to cabinet 1", "look"]) == "go to cabinet 1"
     assert match_action("go to cabinet", ["go to cabinet 1"]) is None
     assert coerce_action(np.str_("up")) == "up"

@@ -19,21 +19,50 @@ from agentgym.episode import (
 
 
 def _episode(eid: str, group: str, rewards: list[float], keys: list[str | None]) -> Episode:
-    turns = [Turn(observation=f"obs {i} ü🦜", action="up", action_valid=i % 2 == 0, reward=r,
-                  state_key=k, response_text="<action>up</action>", prompt_ids=[1, 2, 3],
-                  response_ids=[4, 5], response_logprobs=[-0.1234567890123, -2.5e-9],
-                  finish_reason="stop", info={"nested": {"x": [1, 2.5, None]}},
-                  timings={"generate": 0.01})
-             for i, (r, k) in enumerate(zip(rewards, keys))]
-    return Episode(episode_id=eid, env_id="agentgym/Sokoban-v0", task_id="7", group_id=group,
-                   seed=3, turns=turns, terminated=True, success=True, outcome=sum(rewards))
+    turns = [
+        Turn(
+            observation=f"obs {i} ü🦜",
+            action="up",
+            action_valid=i % 2 == 0,
+            reward=r,
+            state_key=k,
+            response_text="<action>up</action>",
+            prompt_ids=[1, 2, 3],
+            response_ids=[4, 5],
+            response_logprobs=[-0.1234567890123, -2.5e-9],
+            finish_reason="stop",
+            info={"nested": {"x": [1, 2.5, None]}},
+            timings={"generate": 0.01},
+        )
+        for i, (r, k) in enumerate(zip(rewards, keys))
+    ]
+    return Episode(
+        episode_id=eid,
+        env_id="agentgym/Sokoban-v0",
+        task_id="7",
+        group_id=group,
+        seed=3,
+        turns=turns,
+        terminated=True,
+        success=True,
+        outcome=sum(rewards),
+    )
 
 
 def test_jsonl_round_trip_is_exact(tmp_path):
-    episodes = [_episode("a", "g1", [0.1, -1 / 3, 10.0], ["s1", "s2", None]),
-                _episode("b", "g1", [], []),
-                Episode(episode_id="c", env_id="e", task_id="", group_id="g2", seed=None,
-                        error="step failed: boom", truncated=True)]
+    episodes = [
+        _episode("a", "g1", [0.1, -1 / 3, 10.0], ["s1", "s2", None]),
+        _episode("b", "g1", [], []),
+        Episode(
+            episode_id="c",
+            env_id="e",
+            task_id="",
+            group_id="g2",
+            seed=None,
+            error="step failed: boom",
+            truncated=True,
+        ),
+    ]
     path = tmp_path / "episodes.jsonl"
     save_episodes(path, episodes[:2])
     save_episodes(path, episodes[2:], append=True, fsync=True)
@@ -41,8 +70,9 @@ def test_jsonl_round_trip_is_exact(tmp_path):
     assert len(path.read_text().splitlines()) == 3
 
 
-@pytest.mark.parametrize("bad", ["{not json", json.dumps({"episode_id": "x"}), "[1, 2]",
-                                 json.dumps({"unknown_field": 1})])
+@pytest.mark.parametrize(
+    "bad", ["{not json", json.dumps({"episode_id": "x"}), "[1, 2]", json.dumps({"unknown_field": 1})]
+)
 def test_corrupted_line_is_named(tmp_path, bad):
     path = tmp_path / "episodes.jsonl"
     save_episodes(path, [_episode("a", "g", [1.0], ["s"])])
@@ -53,9 +83,11 @@ def test_corrupted_line_is_named(tmp_path, bad):
 
 
 def test_turn_table_columns():
-    episodes = [_episode("a", "g1", [1.0, 2.0], ["s1", "s2"]),
-                _episode("b", "g2", [3.0], ["s2"]),
-                _episode("c", "g1", [4.0, 5.0, 6.0], ["s1", None, "s1"])]
+    episodes = [
+        _episode("a", "g1", [1.0, 2.0], ["s1", "s2"]),
+        _episode("b", "g2", [3.0], ["s2"]),
+        _episode("c", "g1", [4.0, 5.0, 6.0], ["s1", None, "s1"]),
+    ]
     table = TurnTable.from_episodes(episodes)
     assert len(table) == 6 and table.num_episodes == 3 and table.num_groups == 2
     np.testing.assert_array_equal(table.group, [0, 0, 1, 0, 0, 0])

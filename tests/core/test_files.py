@@ -47,7 +47,8 @@ def test_atomic_write_sets_the_mode_less_the_umask(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("failing", ["fsync", "replace"])
 def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
     path = tmp_path / "summary.json"
     path.write_text("old")
 
@@ -61,8 +62,7 @@ def test_a_failed_atomic_write_leaves_the_old_file_and_no_temporary(
     assert list(tmp_path.iterdir()) == [path]
 
 
-def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     synced: list[bool] = []
     real = os.fsync
 

@@ -38,8 +38,7 @@ class Stub:
     after ``delay`` seconds; the body is JSON ``{"path", "host", "n"}``. ``times`` holds when
     each request arrived (``time.monotonic()``)."""
 
-    def __init__(self, answers: Sequence[tuple[int, dict[str, str]]] = ((200, {}),), *,
-                 delay: float = 0.0):
+    def __init__(self, answers: Sequence[tuple[int, dict[str, str]]] = ((200, {}),), *, delay: float = 0.0):
         self.answers = list(answers)
         self.delay = delay
         self.times: list[float] = []
@@ -55,8 +54,7 @@ class Stub:
                     n = len(stub.times)
                 time.sleep(stub.delay)
                 status, headers = stub.answers[min(n, len(stub.answers)) - 1]
-                body = json.dumps({"path": self.path, "host": self.headers["host"],
-                                   "n": n}).encode()
+                body = json.dumps({"path": self.path, "host": self.headers["host"], "n": n}).encode()
                 self.send_response(status)
                 for name, value in {"Content-Type": "application/json", **headers}.items():
                     self.send_header(name, value)
@@ -123,8 +121,7 @@ def test_parse_endpoint() -> None:
 
 def test_client_over_tcp(tcp: str) -> None:
     with http_client(tcp, timeout=5.0, trust_env=False) as client:
-        assert client.get("/a").json() == {"path": "/a", "host": tcp.removeprefix("http://"),
-                                           "n": 1}
+        assert client.get("/a").json() == {"path": "/a", "host": tcp.removeprefix("http://"), "n": 1}
 
 
 def test_client_over_a_unix_socket(uds: str) -> None:
@@ -186,8 +183,9 @@ def test_retryable_errors() -> None:
 
 async def _get(url: str, **options: Any) -> Any:
     async with async_http_client(url, trust_env=False) as client:
-        return await request_with_retries(client, "GET", "/v1/x", timeout=options.pop("timeout", 5),
-                                          error=RuntimeError, **options)
+        return await request_with_retries(
+            client, "GET", "/v1/x", timeout=options.pop("timeout", 5), error=RuntimeError, **options
+        )
 
 
 async def test_retry_honours_retry_after(stub: Stub, tcp: str) -> None:

@@ -23,8 +23,14 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def _lint(package_parent: Path) -> subprocess.CompletedProcess[str]:
     """lint-imports with the project's contracts, on the ``agentgym`` found in ``package_parent``."""
     env = {**os.environ, "PYTHONPATH": str(package_parent)}
-    return subprocess.run([str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
-                          cwd=package_parent, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=package_parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_contracts_hold() -> None:
@@ -33,15 +39,17 @@ def test_the_contracts_hold() -> None:
     assert "0 broken" in proc.stdout
 
 
-@pytest.mark.parametrize(("module", "upward"), [
-    ("env.py", "import agentgym.rollout"),             # a leaf reaching the rollout layer
-    ("registry.py", "import agentgym.hosting"),        # the registry reaching hosting
-    ("sandbox/base.py", "import agentgym.envs.textgames"),  # the core reaching a family
-])
+@pytest.mark.parametrize(
+    ("module", "upward"),
+    [
+        ("env.py", "import agentgym.rollout"),  # a leaf reaching the rollout layer
+        ("registry.py", "import agentgym.hosting"),  # the registry reaching hosting
+        ("sandbox/base.py", "import agentgym.envs.textgames"),  # the core reaching a family
+    ],
+)
 def test_an_upward_import_breaks_a_contract(tmp_path: Path, module: str, upward: str) -> None:
     copy = tmp_path / "agentgym"
-    shutil.copytree(Path(agentgym.__file__).parent, copy,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(agentgym.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     target = copy / module
     target.write_text(target.read_text() + f"\n{upward}  # deliberate\n")
     proc = _lint(tmp_path)

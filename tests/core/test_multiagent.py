@@ -26,8 +26,11 @@ class Answering:
         await asyncio.sleep(0)
         if any(r.seed is None for r in requests):
             raise RuntimeError("no seed")
-        return [Generation(text="a" * (1 + r.seed % 3), finish_reason="stop") for r in requests
-                if r.seed is not None]  # (all are: checked above)
+        return [
+            Generation(text="a" * (1 + r.seed % 3), finish_reason="stop")
+            for r in requests
+            if r.seed is not None
+        ]  # (all are: checked above)
 
 
 def counter() -> CounterParallelEnv:
@@ -35,8 +38,7 @@ def counter() -> CounterParallelEnv:
 
 
 def test_every_agent_gets_an_episode_with_the_env_rewards():
-    episodes = collect(counter, Answering(), [Task(None, 0), Task(None, 1)], group_size=2,
-                       progress=False)
+    episodes = collect(counter, Answering(), [Task(None, 0), Task(None, 1)], group_size=2, progress=False)
     assert [e.agent for e in episodes] == ["alice", "bob"] * 4
     for index, episode in enumerate(episodes):
         assert episode.group_id.endswith(f"|{episode.seed}|{episode.agent}")
@@ -65,14 +67,16 @@ def test_seats_and_games_share_batches_and_runs_reproduce():
     first = collect(counter, policy, tasks, concurrency=4, progress=False)
     assert max(policy.batches) == 8  # 2 seats x 4 games in one batch
     again = collect(counter, Answering(), tasks, concurrency=1, progress=False)
-    assert [[(t.action, t.reward) for t in e.turns] for e in first] == \
-        [[(t.action, t.reward) for t in e.turns] for e in again]
+    assert [[(t.action, t.reward) for t in e.turns] for e in first] == [
+        [(t.action, t.reward) for t in e.turns] for e in again
+    ]
 
 
 def test_failed_game_is_isolated():
     games = []
-    episodes = collect(counter, Answering(), [Task(None, None), Task(None, 3)], progress=False,
-                       on_game=games.append)
+    episodes = collect(
+        counter, Answering(), [Task(None, None), Task(None, 3)], progress=False, on_game=games.append
+    )
     failed, fine = episodes[:2], episodes[2:]
     assert all(e.error == "RuntimeError: no seed" and e.truncated for e in failed)
     assert all(e.error is None and e.num_turns >= 3 for e in fine)

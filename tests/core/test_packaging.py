@@ -15,12 +15,30 @@ def test_wheel_install_imports_everything(tmp_path):
     # Built from a copy: an in-tree build leaves build/ and agentgym.egg-info in the checkout,
     # whose stale metadata (entry points) Python run from the checkout would read first.
     source = tmp_path / "src"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "*.egg-info", "runs", "__pycache__", ".hypothesis", "tests"))
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "*.egg-info", "runs", "__pycache__", ".hypothesis", "tests"
+        ),
+    )
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(source)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     code = (
         "import agentgym, agentgym.envs.textgames.sokoban, agentgym.envs.textgames.household\n"

@@ -67,19 +67,26 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _stubborn(tmp_path: Path, status: str = "-", message: str = "parent ready",
-              **options: object) -> tuple[ManagedProcess, Path]:
+def _stubborn(
+    tmp_path: Path, status: str = "-", message: str = "parent ready", **options: object
+) -> tuple[ManagedProcess, Path]:
     pidfile = tmp_path / "grandchild.pid"
-    process = ManagedProcess([sys.executable, "-c", PARENT_OF_STUBBORN, str(pidfile), message,
-                              status], log_path=tmp_path / "log" / "out.log", name="stubborn",
-                             **options)  # type: ignore[arg-type]
+    process = ManagedProcess(
+        [sys.executable, "-c", PARENT_OF_STUBBORN, str(pidfile), message, status],
+        log_path=tmp_path / "log" / "out.log",
+        name="stubborn",
+        **options,  # type: ignore[arg-type]
+    )
     return process, pidfile
 
 
 def test_healthy_start_over_http_and_stop(tmp_path: Path) -> None:
     port = _free_port()
-    with ManagedProcess([sys.executable, "-c", HEALTH_SERVER, str(port)],
-                        log_path=tmp_path / "server.log", name="health server") as server:
+    with ManagedProcess(
+        [sys.executable, "-c", HEALTH_SERVER, str(port)],
+        log_path=tmp_path / "server.log",
+        name="health server",
+    ) as server:
         answer = server.wait_ready(f"http://127.0.0.1:{port}", timeout=30, interval=0.02)
         assert answer.status_code == 200 and answer.text == "ok"
         assert server.running and server.process is not None and server.process.poll() is None
@@ -93,18 +100,19 @@ def test_healthy_start_over_http_and_stop(tmp_path: Path) -> None:
 
 def test_ready_callable_and_child_environment(tmp_path: Path) -> None:
     flag = tmp_path / "ready"
-    code = "import os, pathlib, time; time.sleep(0.2); pathlib.Path(os.environ['FLAG']).touch(); " \
-           "time.sleep(120)"
-    with ManagedProcess([sys.executable, "-c", code], log_path=tmp_path / "x.log",
-                        env={"FLAG": str(flag)}, cwd=tmp_path) as process:
+    code = (
+        "import os, pathlib, time; time.sleep(0.2); pathlib.Path(os.environ['FLAG']).touch(); time.sleep(120)"
+    )
+    with ManagedProcess(
+        [sys.executable, "-c", code], log_path=tmp_path / "x.log", env={"FLAG": str(flag)}, cwd=tmp_path
+    ) as process:
         assert process.wait_ready(flag.exists, timeout=30, interval=0.02) is True
         assert os.readlink(f"/proc/{process.pid}/cwd") == str(tmp_path)
     assert not process.running
 
 
 def test_start_failure_shows_the_log_tail_and_leaves_nothing(tmp_path: Path) -> None:
-    process, pidfile = _stubborn(tmp_path, status="3", message="fatal: no such model 'xyz'",
-                                 stop_timeout=0.5)
+    process, pidfile = _stubborn(tmp_path, status="3", message="fatal: no such model 'xyz'", stop_timeout=0.5)
     process.start()
     with pytest.raises(ProcessStartError) as error:
         process.wait_ready(lambda: False, timeout=60, interval=0.02)
@@ -167,11 +175,11 @@ async def test_cancelled_wait_stops_the_process(tmp_path: Path) -> None:
 
 async def test_await_ready_over_http(tmp_path: Path) -> None:
     port = _free_port()
-    server = ManagedProcess([sys.executable, "-c", HEALTH_SERVER, str(port)],
-                            log_path=tmp_path / "server.log")
+    server = ManagedProcess(
+        [sys.executable, "-c", HEALTH_SERVER, str(port)], log_path=tmp_path / "server.log"
+    )
     try:
-        answer = await server.start().await_ready(f"http://127.0.0.1:{port}", timeout=30,
-                                                  interval=0.02)
+        answer = await server.start().await_ready(f"http://127.0.0.1:{port}", timeout=30, interval=0.02)
         assert answer.status_code == 200
     finally:
         await asyncio.to_thread(server.stop)
@@ -204,8 +212,7 @@ def test_interpreter_exit_stops_what_is_still_running(tmp_path: Path) -> None:
         print(process.pid, flush=True)
         raise SystemExit("failure injection: exit without stopping it")
     """)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "failure injection" in done.stderr, done.stderr
     leader, grandchild = int(done.stdout.split()[0]), int(pidfile.read_text())
     assert not _running(leader) and not _running(grandchild)

@@ -74,8 +74,9 @@ def test_plugin_listed_and_made(plugin_path):
     )
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out == {"obs": "2 to go.", "done": [False, True], "m": "sample"}
-    listing = run_python("from agentgym.cli import main; main(['list'])",
-                         env={**env, "COLUMNS": "200"}).stdout
+    listing = run_python(
+        "from agentgym.cli import main; main(['list'])", env={**env, "COLUMNS": "200"}
+    ).stdout
     assert "sample/Countdown-v0" in listing and "agentgym/Sokoban-v0" in listing
 
 

@@ -24,7 +24,7 @@ def test_groups_share_task_and_seed():
     episodes = collect(SOKOBAN, RandomPolicy(), tasks, group_size=4, max_turns=5, progress=False)
     assert len(episodes) == 12
     for g in range(3):
-        group = episodes[4 * g: 4 * g + 4]
+        group = episodes[4 * g : 4 * g + 4]
         assert len({e.group_id for e in group}) == 1
         assert len({(e.task_id, e.seed) for e in group}) == 1
         assert len({e.episode_id for e in group}) == 4
@@ -35,8 +35,18 @@ def test_groups_share_task_and_seed():
 
 @pytest.mark.parametrize("env_id", ["agentgym/Sokoban-v0", "agentgym/Household-v0"])
 def test_reproducible_at_fixed_seed(env_id):
-    runs = [collect(env_id, RandomPolicy(), default_tasks(6, seed=3), group_size=2,
-                    max_turns=15, concurrency=c, progress=False) for c in (1, 1, 8)]
+    runs = [
+        collect(
+            env_id,
+            RandomPolicy(),
+            default_tasks(6, seed=3),
+            group_size=2,
+            max_turns=15,
+            concurrency=c,
+            progress=False,
+        )
+        for c in (1, 1, 8)
+    ]
     assert [_key(e) for e in runs[0]] == [_key(e) for e in runs[1]] == [_key(e) for e in runs[2]]
 
 
@@ -86,7 +96,6 @@ class _FailOn:
         return await self.inner.generate(requests)
 
 
-
 def _tagged_env_factory(fail_seed: int | None = None):
     """Sokoban whose instruction names its reset seed; raises on step when seed == fail_seed."""
     from agentgym.envs.textgames.sokoban import SokobanEnv
@@ -112,8 +121,15 @@ def _tagged_env_factory(fail_seed: int | None = None):
 
 @pytest.mark.parametrize("mode", ["raise", "hang"])
 def test_policy_failure_truncates_only_affected_episodes(mode):
-    episodes = collect(_tagged_env_factory(), _FailOn(2, mode), default_tasks(4), group_size=2,
-                       max_turns=6, timeouts=Timeouts(generate=0.5), progress=False)
+    episodes = collect(
+        _tagged_env_factory(),
+        _FailOn(2, mode),
+        default_tasks(4),
+        group_size=2,
+        max_turns=6,
+        timeouts=Timeouts(generate=0.5),
+        progress=False,
+    )
     bad = [e for e in episodes if e.seed == 2]
     good = [e for e in episodes if e.seed != 2]
     assert len(bad) == 2 and all(e.truncated and not e.success for e in bad)
@@ -130,8 +146,7 @@ def test_env_failure_truncates_only_affected_episodes():
         created.append(env)
         return env
 
-    episodes = collect(factory, RandomPolicy(), default_tasks(3), max_turns=5, concurrency=3,
-                       progress=False)
+    episodes = collect(factory, RandomPolicy(), default_tasks(3), max_turns=5, concurrency=3, progress=False)
     assert "step failed: OSError: env backend crashed" in episodes[1].error
     assert episodes[1].truncated and episodes[1].num_turns == 0
     assert episodes[0].error is None and episodes[2].error is None
@@ -141,8 +156,14 @@ def test_env_failure_truncates_only_affected_episodes():
 def test_nothing_left_running_after_collect():
     async def main():
         before = set(asyncio.all_tasks())
-        await acollect(_tagged_env_factory(), _FailOn(0, "hang"), default_tasks(3), max_turns=3,
-                       timeouts=Timeouts(generate=0.2), progress=False)
+        await acollect(
+            _tagged_env_factory(),
+            _FailOn(0, "hang"),
+            default_tasks(3),
+            max_turns=3,
+            timeouts=Timeouts(generate=0.2),
+            progress=False,
+        )
         await asyncio.sleep(0)
         return set(asyncio.all_tasks()) - before
 
@@ -217,8 +238,7 @@ def test_the_progress_bar_moves_with_every_turn(monkeypatch):
 
     class ThreeTokens:
         async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-            return [Generation(text="<action>up</action>", response_ids=[1, 2, 3])
-                    for _ in requests]
+            return [Generation(text="<action>up</action>", response_ids=[1, 2, 3]) for _ in requests]
 
     monkeypatch.setattr(rollout.Progress, "update", spy)
     collect(SOKOBAN, ThreeTokens(), [Task(None, 0)], max_turns=3, progress=True)

@@ -28,16 +28,28 @@ def test_a_stream_is_the_same_for_the_same_key() -> None:
 
 
 def test_a_stream_is_the_same_in_another_process() -> None:
-    code = ("from agentgym.seeding import rng; r = rng('ns', 3, 'products'); "
-            "print([r.randrange(2**32) for _ in range(20)])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONHASHSEED": "12345"}).stdout
+    code = (
+        "from agentgym.seeding import rng; r = rng('ns', 3, 'products'); "
+        "print([r.randrange(2**32) for _ in range(20)])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout
     assert out.strip() == str(_draws(rng("ns", 3, "products")))
 
 
 def test_streams_are_independent() -> None:
     keys: list[tuple[str, int] | tuple[str, int, str]] = [
-        ("ns", 1, "a"), ("ns", 1, "b"), ("ns", 2, "a"), ("other", 1, "a"), ("ns", 1)]
+        ("ns", 1, "a"),
+        ("ns", 1, "b"),
+        ("ns", 2, "a"),
+        ("other", 1, "a"),
+        ("ns", 1),
+    ]
     draws = [_draws(rng(*key)) for key in keys]
     assert len({tuple(d) for d in draws}) == len(keys)
     # Drawing from one stream leaves another's draws alone.
@@ -61,7 +73,7 @@ def test_split_of_covers_the_splits_about_one_in_five_held_out() -> None:
     assert set(counts) == set(SPLITS) == {"train", "test"}
     assert 0.17 < counts["test"] / 5000 < 0.24
     # Another namespace draws the same keys into other splits.
-    assert ([split_of("ns", k) for k in range(200)] != [split_of("other", k) for k in range(200)])
+    assert [split_of("ns", k) for k in range(200)] != [split_of("other", k) for k in range(200)]
 
 
 def test_split_of_names_the_given_splits() -> None:

@@ -30,17 +30,16 @@ def _say(text: str) -> ScriptedPolicy:
 
 
 def test_collect_records_what_hook_wrappers_make_of_the_env():
-    [episode] = collect(wrapped_env.shouting, _say("hi"), [Task(None, 0)], max_turns=3,
-                        progress=False)
-    assert [t.observation for t in episode.turns] == ["COUNT 0", "COUNT 1: PLEASE HI",
-                                                      "COUNT 2: PLEASE HI"]
+    [episode] = collect(wrapped_env.shouting, _say("hi"), [Task(None, 0)], max_turns=3, progress=False)
+    assert [t.observation for t in episode.turns] == ["COUNT 0", "COUNT 1: PLEASE HI", "COUNT 2: PLEASE HI"]
     assert [t.reward for t in episode.turns] == [2.0, 2.0, 2.0]
     assert episode.turns[-1].info["action_valid"]
 
 
 def test_collect_honours_a_wrapper_with_its_own_step():
-    [episode] = collect(wrapped_env.shouting_for_two_steps, _say("hi"), [Task(None, 0)],
-                        max_turns=10, progress=False)
+    [episode] = collect(
+        wrapped_env.shouting_for_two_steps, _say("hi"), [Task(None, 0)], max_turns=10, progress=False
+    )
     assert episode.num_turns == 2 and episode.truncated and not episode.terminated
     assert episode.turns[1].observation == "COUNT 1: HI"
 
@@ -78,8 +77,7 @@ def test_the_prompt_is_the_family_s_whether_by_id_or_by_factory():
     env_id = "agentgym/Sokoban-v0"
     by_id, by_factory = _Recorder(), _Recorder()
     collect(env_id, by_id, [Task(None, 1)], max_turns=1, progress=False)
-    collect(lambda: agentgym.make(env_id), by_factory, [Task(None, 1)], max_turns=1,
-            progress=False)
+    collect(lambda: agentgym.make(env_id), by_factory, [Task(None, 1)], max_turns=1, progress=False)
     assert by_id.first is not None and by_id.first == by_factory.first
     assert "Sokoban" in by_id.first[0]["content"] or "box" in by_id.first[0]["content"].lower()
 

@@ -48,8 +48,9 @@ from support.sandboxes import descendants
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 #: What a subprocess puts on its path to import this module's policies (``test_harness.X``).
-PYTHONPATH = os.pathsep.join([str(Path(__file__).resolve().parent), str(TESTS),
-                              os.environ.get("PYTHONPATH", "")])
+PYTHONPATH = os.pathsep.join(
+    [str(Path(__file__).resolve().parent), str(TESTS), os.environ.get("PYTHONPATH", "")]
+)
 CLI = [sys.executable, "-m", "agentgym.cli", "eval"]
 
 
@@ -128,10 +129,15 @@ def outcomes(run: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def cli(tmp_path: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH,
-           "COLUMNS": "200"}
-    return subprocess.run([*CLI, "progress=false", *overrides], capture_output=True, text=True,
-                          timeout=timeout, cwd=tmp_path, env=env)
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "COLUMNS": "200"}
+    return subprocess.run(
+        [*CLI, "progress=false", *overrides],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+    )
 
 
 # --- suites -------------------------------------------------------------------------------------
@@ -157,48 +163,87 @@ def test_smoke_suite_runs_every_entry_and_resumes(tmp_path: Path) -> None:
 
 
 def test_suite_entries_take_missing_keys_from_the_top_level() -> None:
-    config = {"env": "agentgym/Sokoban-v0", "env_kwargs": {}, "seed": 7, "tasks": 3,
-              "group_size": 2, "max_turns": 9, "task_ids": [],
-              "suite": {"name": "mine", "entries": [
-                  {"env": "agentgym/GuessNumber-v0"},
-                  {"name": "two", "env": "agentgym/Sokoban-v0", "max_turns": 4,
-                   "env_kwargs": {"num_boxes": 2}}]}}
+    config = {
+        "env": "agentgym/Sokoban-v0",
+        "env_kwargs": {},
+        "seed": 7,
+        "tasks": 3,
+        "group_size": 2,
+        "max_turns": 9,
+        "task_ids": [],
+        "suite": {
+            "name": "mine",
+            "entries": [
+                {"env": "agentgym/GuessNumber-v0"},
+                {"name": "two", "env": "agentgym/Sokoban-v0", "max_turns": 4, "env_kwargs": {"num_boxes": 2}},
+            ],
+        },
+    }
     suite = suite_from_config(config)
     first, second = suite.entries
-    assert (first.name, first.seed, first.tasks, first.group_size, first.max_turns) == \
-        ("agentgym/GuessNumber-v0", 7, 3, 2, 9)
+    assert (first.name, first.seed, first.tasks, first.group_size, first.max_turns) == (
+        "agentgym/GuessNumber-v0",
+        7,
+        3,
+        2,
+        9,
+    )
     assert (second.max_turns, second.env_kwargs) == (4, {"num_boxes": 2})
     assert suite.units == 12
-    full = suite_from_config({**config, "suite": {"name": "full", "include": ["textgames",
-                                                                              "werewolf"]}})
-    parts = [suite_from_config({**config, "suite": yaml.safe_load(
-        (ROOT / "agentgym/conf/suite" / f"{n}.yaml").read_text())}) for n in
-        ("textgames", "werewolf")]
+    full = suite_from_config({**config, "suite": {"name": "full", "include": ["textgames", "werewolf"]}})
+    parts = [
+        suite_from_config(
+            {**config, "suite": yaml.safe_load((ROOT / "agentgym/conf/suite" / f"{n}.yaml").read_text())}
+        )
+        for n in ("textgames", "werewolf")
+    ]
     assert full.entries == parts[0].entries + parts[1].entries
     assert {"smoke", "textgames", "werewolf", "full"} <= set(available_suites())
 
 
-@pytest.mark.parametrize("suite, message", [
-    ({"name": "s", "entries": [{"env": "agentgym/Nope-v0"}]}, "unknown env 'agentgym/Nope-v0'"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "boxes": 2}]},
-     r"unknown key\(s\) \['boxes'\]"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0"}, {"env": "agentgym/Sokoban-v0"}]},
-     "entry names must be unique"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "games": True}]},
-     "not a multi-agent env"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "tasks": 0}]},
-     "tasks must be an integer >= 1"),
-    ({"name": "s", "include": ["nosuch"]}, "unknown suite 'nosuch'"),
-    ({"name": "s", "entries": []}, "has no entries"),
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "episodes": 2}]},
-     "suite s, entry 0: 'episodes' is now 'tasks'"),  # an old name names the new one
-    ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "max_turn": 2}]},
-     r"unknown key\(s\) \['max_turn'\] \(did you mean 'max_turn' -> 'max_turns'\?\)"),
-])
+@pytest.mark.parametrize(
+    "suite, message",
+    [
+        ({"name": "s", "entries": [{"env": "agentgym/Nope-v0"}]}, "unknown env 'agentgym/Nope-v0'"),
+        (
+            {"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "boxes": 2}]},
+            r"unknown key\(s\) \['boxes'\]",
+        ),
+        (
+            {"name": "s", "entries": [{"env": "agentgym/Sokoban-v0"}, {"env": "agentgym/Sokoban-v0"}]},
+            "entry names must be unique",
+        ),
+        ({"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "games": True}]}, "not a multi-agent env"),
+        (
+            {"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "tasks": 0}]},
+            "tasks must be an integer >= 1",
+        ),
+        ({"name": "s", "include": ["nosuch"]}, "unknown suite 'nosuch'"),
+        ({"name": "s", "entries": []}, "has no entries"),
+        (
+            {"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "episodes": 2}]},
+            "suite s, entry 0: 'episodes' is now 'tasks'",
+        ),  # an old name names the new one
+        (
+            {"name": "s", "entries": [{"env": "agentgym/Sokoban-v0", "max_turn": 2}]},
+            r"unknown key\(s\) \['max_turn'\] \(did you mean 'max_turn' -> 'max_turns'\?\)",
+        ),
+    ],
+)
 def test_bad_suites_are_clear_errors(suite: dict[str, Any], message: str) -> None:
     with pytest.raises(SuiteError, match=message):
-        suite_from_config({"env": "x", "env_kwargs": {}, "seed": 0, "tasks": 1,
-                           "group_size": 1, "max_turns": 1, "task_ids": [], "suite": suite})
+        suite_from_config(
+            {
+                "env": "x",
+                "env_kwargs": {},
+                "seed": 0,
+                "tasks": 1,
+                "group_size": 1,
+                "max_turns": 1,
+                "task_ids": [],
+                "suite": suite,
+            }
+        )
 
 
 def test_a_config_with_an_old_key_names_the_new_one() -> None:
@@ -209,31 +254,37 @@ def test_a_config_with_an_old_key_names_the_new_one() -> None:
 # --- bad input on the command line ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("override, message", [
-    # each old name is an error that names the new one
-    ("workers=4", "'workers' is now 'concurrency'"),
-    ("max_retries=1", "'max_retries' is now 'retries'"),
-    ("episodes=8", "'episodes' is now 'tasks'"),
-    ("max_steps=50", "'max_steps' is now 'max_game_steps'"),
-    ("+workers=4", "'workers' is now 'concurrency'"),  # adding it is no way around
-    # in a suite entry too (the suite's own check, or Hydra's override of the entry)
-    ("suite.entries.0.episodes=3", "'episodes' is now 'tasks'"),
-    # a wrong type names the key
-    ("tasks=abc", "bad value for 'tasks': Value 'abc' of type 'str' could not be converted to "
-                  "Integer"),
-    ("sampling.temperature=hot", "bad value for 'sampling.temperature'"),
-    ("report=maybe", "bad value for 'report'"),
-    # a misspelled key names the nearest real one, at any depth
-    ("concurency=4", "no key 'concurency'; did you mean 'concurrency'?"),
-    ("sampling.temprature=0", "no key 'sampling.temprature'; did you mean 'sampling.temperature'?"),
-    ("max_tokens=32", "no key 'max_tokens'; did you mean 'sampling.max_tokens'?"),
-    ("policy.modle=x", "no key 'policy.modle'; did you mean 'policy.model'?"),
-    ("polcy=hf", "no key 'polcy'; did you mean 'policy'?"),
-])
-def test_bad_overrides_name_the_key(override: str, message: str,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
-    extra = ["suite=smoke"] if override.startswith("suite.") else \
-        ["policy=hf"] if override.startswith("policy.") else []
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        # each old name is an error that names the new one
+        ("workers=4", "'workers' is now 'concurrency'"),
+        ("max_retries=1", "'max_retries' is now 'retries'"),
+        ("episodes=8", "'episodes' is now 'tasks'"),
+        ("max_steps=50", "'max_steps' is now 'max_game_steps'"),
+        ("+workers=4", "'workers' is now 'concurrency'"),  # adding it is no way around
+        # in a suite entry too (the suite's own check, or Hydra's override of the entry)
+        ("suite.entries.0.episodes=3", "'episodes' is now 'tasks'"),
+        # a wrong type names the key
+        ("tasks=abc", "bad value for 'tasks': Value 'abc' of type 'str' could not be converted to Integer"),
+        ("sampling.temperature=hot", "bad value for 'sampling.temperature'"),
+        ("report=maybe", "bad value for 'report'"),
+        # a misspelled key names the nearest real one, at any depth
+        ("concurency=4", "no key 'concurency'; did you mean 'concurrency'?"),
+        ("sampling.temprature=0", "no key 'sampling.temprature'; did you mean 'sampling.temperature'?"),
+        ("max_tokens=32", "no key 'max_tokens'; did you mean 'sampling.max_tokens'?"),
+        ("policy.modle=x", "no key 'policy.modle'; did you mean 'policy.model'?"),
+        ("polcy=hf", "no key 'polcy'; did you mean 'policy'?"),
+    ],
+)
+def test_bad_overrides_name_the_key(override: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = (
+        ["suite=smoke"]
+        if override.startswith("suite.")
+        else ["policy=hf"]
+        if override.startswith("policy.")
+        else []
+    )
     assert run_eval_cli([*extra, override]) == 2
     captured = capsys.readouterr()
     assert message in captured.err.replace("\n", "")
@@ -242,8 +293,9 @@ def test_bad_overrides_name_the_key(override: str, message: str,
 
 
 def test_the_eval_schema_types_the_config() -> None:
-    cfg = compose_eval_config(["tasks=3", "sampling.stop=[END]", "+env_kwargs.num_boxes=2",
-                               "seats=[player_1]"])
+    cfg = compose_eval_config(
+        ["tasks=3", "sampling.stop=[END]", "+env_kwargs.num_boxes=2", "seats=[player_1]"]
+    )
     assert cfg.tasks == 3 and list(cfg.sampling.stop) == ["END"] and cfg.seats == ["player_1"]
     assert OmegaConf.get_type(cfg) is EvalConfig
     params = SamplingConfig.of(cfg.sampling).params(temperature=0.0)
@@ -261,8 +313,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_bad_input_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                              ) -> None:
+def test_bad_input_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     def status(*overrides: str) -> tuple[int, str, str]:
         code = run_eval_cli(["progress=false", *overrides])
         captured = capsys.readouterr()
@@ -281,8 +332,9 @@ def test_bad_input_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.Cap
     assert code == 2 and "cannot write the run directory /proc/agentgym-run" in err
     url = f"http://127.0.0.1:{_free_port()}"
     started = time.monotonic()
-    code, out, err = status("suite=smoke", "policy=vllm", f"policy.base_url={url}",
-                            f"out_dir={tmp_path / 'c'}")
+    code, out, err = status(
+        "suite=smoke", "policy=vllm", f"policy.base_url={url}", f"out_dir={tmp_path / 'c'}"
+    )
     assert code == 2 and url in err.replace("\n", "")
     assert time.monotonic() - started < 30  # said at once, not after a retry schedule
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -339,16 +391,26 @@ def test_torn_line_and_errored_episode_are_repaired(tmp_path: Path) -> None:
 
 
 def test_kill_9_at_random_moments_loses_only_episodes_in_flight(tmp_path: Path) -> None:
-    policy = ["policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.01",
-              "suite=textgames", "concurrency=4", "report=false"]
+    policy = [
+        "policy._target_=test_harness.SlowRandomPolicy",
+        "+policy.delay=0.01",
+        "suite=textgames",
+        "concurrency=4",
+        "report=false",
+    ]
     reference = tmp_path / "reference"
     evaluate(reference, *policy)
     run = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
     rng, kills, seen = random.Random(7), 0, []
     for _ in range(4):
-        proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *policy], env=env,
-                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [*CLI, "progress=false", f"out_dir={run}", *policy],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         try:
             target = rng.randint(5, 40)  # episodes this invocation adds before its kill
             start = _lines(run)
@@ -373,15 +435,27 @@ def test_kill_9_at_random_moments_loses_only_episodes_in_flight(tmp_path: Path) 
     assert outcomes(run) == outcomes(reference)  # every episode exactly once, as a clean run
 
 
-def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None,
-                                                                    tmp_path: Path) -> None:
+def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None, tmp_path: Path) -> None:
     """SIGKILL leaves the run's sandbox dirs (and cgroups) behind; the resume removes them."""
     run = tmp_path / "run"
-    args = ["env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=2", "sandbox=local",
-            "policy._target_=test_harness.SlowRandomPolicy", "+policy.delay=0.05", "report=false"]
+    args = [
+        "env=agentgym/Sokoban-v0",
+        "tasks=8",
+        "max_turns=6",
+        "concurrency=2",
+        "sandbox=local",
+        "policy._target_=test_harness.SlowRandomPolicy",
+        "+policy.delay=0.05",
+        "report=false",
+    ]
     env = {**os.environ, "PYTHONPATH": PYTHONPATH}
-    proc = subprocess.Popen([*CLI, "progress=false", f"out_dir={run}", *args], env=env,
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*CLI, "progress=false", f"out_dir={run}", *args],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 120
         while _lines(run) < 2:
@@ -390,8 +464,10 @@ def test_a_resumed_sandboxed_run_reclaims_what_the_killed_one_left(bwrap: None,
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
-    owners = {p: Owner.from_tag(p.name[len(HOST_DIR_PREFIX):])
-              for p in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")}
+    owners = {
+        p: Owner.from_tag(p.name[len(HOST_DIR_PREFIX) :])
+        for p in Path(tempfile.gettempdir()).glob(f"{HOST_DIR_PREFIX}*")
+    }
     left = [p for p, owner in owners.items() if owner is not None and owner.pid == proc.pid]
     assert left, "the killed run left no sandbox dir: nothing to reclaim"
     _, summary = evaluate(run, *args)
@@ -411,9 +487,17 @@ def _lines(run: Path) -> int:
 
 def test_a_killed_sandbox_is_retried_and_recorded(backend: str, tmp_path: Path) -> None:
     out, summary = evaluate(
-        tmp_path / "run", "env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=4",
-        f"sandbox={backend}", "sandbox_sessions=4", "retries=2",
-        "policy._target_=test_harness.SandboxKiller", "+policy.at=6")
+        tmp_path / "run",
+        "env=agentgym/Sokoban-v0",
+        "tasks=8",
+        "max_turns=6",
+        "concurrency=4",
+        f"sandbox={backend}",
+        "sandbox_sessions=4",
+        "retries=2",
+        "policy._target_=test_harness.SandboxKiller",
+        "+policy.at=6",
+    )
     episodes = load_episodes(out / "episodes.jsonl")
     retried = [e for e in episodes if e.failed_attempts]
     assert summary["errors"] == 0 and summary["complete"] and len(episodes) == 8
@@ -421,17 +505,29 @@ def test_a_killed_sandbox_is_retried_and_recorded(backend: str, tmp_path: Path) 
     for e in retried:
         assert "EnvServerUnavailable" in e.failed_attempts[0] and e.error is None
         assert "is dead" in e.failed_attempts[0] or "exited" in e.failed_attempts[0]
-    clean = outcomes(evaluate(tmp_path / "clean", "env=agentgym/Sokoban-v0", "tasks=8",
-                              "max_turns=6", "concurrency=4")[0])
+    clean = outcomes(
+        evaluate(tmp_path / "clean", "env=agentgym/Sokoban-v0", "tasks=8", "max_turns=6", "concurrency=4")[0]
+    )
     assert outcomes(out) == clean  # a retry replays the episode from its start
 
 
 def test_exceeding_the_retry_limit_is_an_infrastructure_error(
-        bwrap: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = run_eval_cli([
-        f"out_dir={tmp_path / 'run'}", "progress=false", "env=agentgym/GuessNumber-v0",
-        "tasks=2", "concurrency=2", "sandbox=local", "retries=1",
-        "policy._target_=test_harness.SandboxKiller", "+policy.at=1", "+policy.every=1"])
+    bwrap: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run_eval_cli(
+        [
+            f"out_dir={tmp_path / 'run'}",
+            "progress=false",
+            "env=agentgym/GuessNumber-v0",
+            "tasks=2",
+            "concurrency=2",
+            "sandbox=local",
+            "retries=1",
+            "policy._target_=test_harness.SandboxKiller",
+            "+policy.at=1",
+            "+policy.every=1",
+        ]
+    )
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert code == 3 and line.startswith("agentgym eval: infra-errors ") and "infra_errors=2" in line
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -439,16 +535,27 @@ def test_exceeding_the_retry_limit_is_an_infrastructure_error(
     assert summary["categories"]["infra_error"] == 2 and summary["categories"]["failed"] == 0
     for e in load_episodes(tmp_path / "run" / "episodes.jsonl"):
         assert e.error and len(e.failed_attempts) == 1 and failure_category(e) == "infra_error"
-    assert run_eval_cli([f"out_dir={tmp_path / 'run'}", "progress=false",
-                         "env=agentgym/GuessNumber-v0", "tasks=2", "concurrency=2",
-                         "retries=1", "max_infra_errors=1.0",
-                         "policy._target_=test_harness.SandboxKiller", "+policy.at=1",
-                         "+policy.every=1"]) == 0  # resumed in-process: the errored ones ran
+    assert (
+        run_eval_cli(
+            [
+                f"out_dir={tmp_path / 'run'}",
+                "progress=false",
+                "env=agentgym/GuessNumber-v0",
+                "tasks=2",
+                "concurrency=2",
+                "retries=1",
+                "max_infra_errors=1.0",
+                "policy._target_=test_harness.SandboxKiller",
+                "+policy.at=1",
+                "+policy.every=1",
+            ]
+        )
+        == 0
+    )  # resumed in-process: the errored ones ran
 
 
 @pytest.mark.docker
-def test_docker_suite_gives_the_in_process_outcomes(current_textgames_image: str,
-                                                    tmp_path: Path) -> None:
+def test_docker_suite_gives_the_in_process_outcomes(current_textgames_image: str, tmp_path: Path) -> None:
     run = ["suite=smoke", "policy=random", "concurrency=4"]
     out, summary = evaluate(tmp_path / "docker", *run, "sandbox=docker", "sandbox_sessions=2")
     assert summary["errors"] == 0 and summary["complete"]

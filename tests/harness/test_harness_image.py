@@ -34,8 +34,14 @@ from support.sandboxes import eventually
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
 SOCKET = "/var/run/docker.sock"
-EVAL = ["eval", "env=agentgym/GuessNumber-v0", "policy=random", "sandbox=docker", "max_turns=4",
-        "progress=false"]
+EVAL = [
+    "eval",
+    "env=agentgym/GuessNumber-v0",
+    "policy=random",
+    "sandbox=docker",
+    "max_turns=4",
+    "progress=false",
+]
 LONG_RUN = "tasks=5000"  # minutes of work: still running when a test stops or kills it
 
 
@@ -69,17 +75,25 @@ def start_harness(client: Any, harness_image: str, tmp_path: Path) -> Iterator[C
     started = []
 
     def start(*args: str, root: Path | None = None) -> Any:
-        volumes = {SOCKET: {"bind": SOCKET, "mode": "rw"},
-                   str(tmp_path / "out"): {"bind": "/out", "mode": "rw"}}
+        volumes = {
+            SOCKET: {"bind": SOCKET, "mode": "rw"},
+            str(tmp_path / "out"): {"bind": "/out", "mode": "rw"},
+        }
         environment = {}
         if root is not None:
             volumes[str(root)] = {"bind": str(root), "mode": "rw"}
             environment["AGENTGYM_SANDBOX_ROOT"] = str(root)
         (tmp_path / "out").mkdir(exist_ok=True)
         container = client.containers.run(
-            harness_image, list(args), detach=True, name=f"agentgym-harness-test-{secrets.token_hex(4)}",
-            user=f"{os.getuid()}:{os.getgid()}", group_add=[str(os.stat(SOCKET).st_gid)],
-            volumes=volumes, environment=environment)
+            harness_image,
+            list(args),
+            detach=True,
+            name=f"agentgym-harness-test-{secrets.token_hex(4)}",
+            user=f"{os.getuid()}:{os.getgid()}",
+            group_add=[str(os.stat(SOCKET).st_gid)],
+            volumes=volumes,
+            environment=environment,
+        )
         started.append(container)
         return container
 
@@ -96,18 +110,31 @@ def sandboxes_of(client: Any, harness: Any) -> list[str]:
 
 def host_gc(root: Path) -> str:
     """``agentgym sandbox gc`` on the host, looking under ``root`` too; its report."""
-    proc = subprocess.run([sys.executable, "-m", "agentgym.cli", "sandbox", "gc"], check=False,
-                          text=True, capture_output=True, timeout=120,
-                          env={**os.environ, "AGENTGYM_SANDBOX_ROOT": str(root)})
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentgym.cli", "sandbox", "gc"],
+        check=False,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "AGENTGYM_SANDBOX_ROOT": str(root)},
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
 
 def test_harness_image_runs_an_eval_against_the_host_daemon(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path, tmp_path: Path) -> None:
+    client: Any, start_harness: Callable[..., Any], shared_root: Path, tmp_path: Path
+) -> None:
     since = time.time()
-    harness = start_harness("eval", "suite=smoke", "policy=random", "sandbox=docker",
-                            "progress=false", "out_dir=/out/run", root=shared_root)
+    harness = start_harness(
+        "eval",
+        "suite=smoke",
+        "policy=random",
+        "sandbox=docker",
+        "progress=false",
+        "out_dir=/out/run",
+        root=shared_root,
+    )
     status = harness.wait(timeout=300)["StatusCode"]
     logs = harness.logs().decode(errors="replace")
     assert status == 0, logs
@@ -123,14 +150,19 @@ def test_harness_image_runs_an_eval_against_the_host_daemon(
     assert (run / "report.html").stat().st_size > 0 and (run / "config.yaml").exists()
     assert {p.stat().st_uid for p in run.rglob("*")} == {os.getuid()}  # the user's, removable
     # The envs ran in sibling containers that the harness created (and removed) itself.
-    created = client.events(since=since, until=time.time(), decode=True, filters={
-        "type": "container", "event": "create", "label": f"agentgym.owner.container={harness.id}"})
+    created = client.events(
+        since=since,
+        until=time.time(),
+        decode=True,
+        filters={"type": "container", "event": "create", "label": f"agentgym.owner.container={harness.id}"},
+    )
     assert list(created), "the harness started no env sandbox containers"
     assert sandboxes_of(client, harness) == []
 
 
 def test_host_gc_spares_a_running_harness_and_cleans_up_after_a_killed_one(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:
+    client: Any, start_harness: Callable[..., Any], shared_root: Path
+) -> None:
     harness = start_harness(*EVAL, LONG_RUN, "out_dir=/out/run", root=shared_root)
     eventually(lambda: bool(sandboxes_of(client, harness)), timeout_s=120)
     running = sandboxes_of(client, harness)
@@ -147,7 +179,8 @@ def test_host_gc_spares_a_running_harness_and_cleans_up_after_a_killed_one(
 
 
 def test_docker_stop_lets_the_harness_remove_its_sandboxes(
-        client: Any, start_harness: Callable[..., Any], shared_root: Path) -> None:
+    client: Any, start_harness: Callable[..., Any], shared_root: Path
+) -> None:
     harness = start_harness(*EVAL, LONG_RUN, "out_dir=/out/run", root=shared_root)
     eventually(lambda: bool(sandboxes_of(client, harness)), timeout_s=120)
     harness.stop(timeout=30)  # SIGTERM, handled like Ctrl-C; SIGKILL only after 30 s
@@ -157,7 +190,8 @@ def test_docker_stop_lets_the_harness_remove_its_sandboxes(
 
 
 def test_harness_without_a_shared_directory_says_how_to_mount_one(
-        client: Any, start_harness: Callable[..., Any]) -> None:
+    client: Any, start_harness: Callable[..., Any]
+) -> None:
     harness = start_harness(*EVAL, "tasks=1", "out_dir=/out/run")
     status = harness.wait(timeout=300)["StatusCode"]
     logs = harness.logs().decode(errors="replace")

@@ -18,8 +18,11 @@ pytestmark = pytest.mark.slow  # a minute of CPU: the embedded model plays 16 ga
 
 def _main_job() -> list[str]:
     """The arguments of ``agentgym`` in the README's ``bash scripts/setup.sh && ...`` line."""
-    line = next(line for line in (ROOT / "README.md").read_text().splitlines()
-                if line.startswith("bash scripts/setup.sh && "))
+    line = next(
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if line.startswith("bash scripts/setup.sh && ")
+    )
     command = shlex.split(line.split("&&", 1)[1])
     assert command[0] == ".venv/bin/agentgym", command
     return command[1:]
@@ -29,8 +32,13 @@ def test_the_readme_main_job_wins_games(tmp_path: Path) -> None:
     args = _main_job()
     assert args[0] == "eval" and "policy=hf" in args
     agentgym = Path(sys.executable).with_name("agentgym")
-    proc = subprocess.run([str(agentgym), *args, f"out_dir={tmp_path / 'run'}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [str(agentgym), *args, f"out_dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
     found = re.search(r"^agentgym eval: ok .* episodes=16 success=([\d.]+)% .*complete=true", last)

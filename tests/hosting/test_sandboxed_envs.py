@@ -57,8 +57,13 @@ TURNS = 8
 CLI = [sys.executable, "-m", "agentgym.cli"]
 
 
-FREE_TEXT = ["<search>capital country</search>", "<search>founded</search>", "no tags at all",
-             "<search>born</search>", "<answer>Quillmoor</answer>"]
+FREE_TEXT = [
+    "<search>capital country</search>",
+    "<search>founded</search>",
+    "no tags at all",
+    "<search>born</search>",
+    "<answer>Quillmoor</answer>",
+]
 """Actions for envs without ``admissible_actions`` (search)."""
 
 
@@ -162,14 +167,12 @@ def test_every_env_plays_the_same_sandboxed(env_id: str, backend: Backend) -> No
 
 
 def test_collect_gives_the_same_episodes(backend: Backend) -> None:
-    options: dict[str, Any] = {"group_size": 2, "max_turns": 6, "concurrency": 8,
-                               "progress": False}
+    options: dict[str, Any] = {"group_size": 2, "max_turns": 6, "concurrency": 8, "progress": False}
     tasks = default_tasks(4)
     with EnvServerPool(backend, sessions_per_server=4) as servers:
         for env_id in ENVS:
             expected = collect(env_id, ScriptedPolicy(varied_action), tasks, **options)
-            got = collect(env_id, ScriptedPolicy(varied_action), tasks, sandbox=servers,
-                          **options)
+            got = collect(env_id, ScriptedPolicy(varied_action), tasks, sandbox=servers, **options)
             assert [comparable(e) for e in got] == [comparable(e) for e in expected]
             assert not any(e.error for e in got)
         assert len(servers.sandboxes()) == 0  # every env closed: every server given back
@@ -180,8 +183,7 @@ def test_make_errors_are_the_in_process_ones(backend: Backend) -> None:
         agentgym.make("agentgym/Sokobn-v0", sandbox=backend)
     with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room"):
         agentgym.make(SOKOBAN, size=3)
-    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room") \
-            as info:
+    with pytest.raises(TypeError, match=r"unknown argument\(s\) \['size'\]; it accepts: dim_room") as info:
         agentgym.make(SOKOBAN, sandbox=backend, size=3)
     assert isinstance(info.value, InvalidRemoteKwargs) and info.value.status == 400
     with pytest.raises(ValueError, match="num_boxes"):
@@ -212,11 +214,14 @@ def test_sandbox_is_closed_when_its_env_is_garbage_collected(bwrap: None) -> Non
 
 
 def test_sandboxes_are_closed_at_interpreter_exit(bwrap: None) -> None:
-    code = (f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox='local')\n"
-            "from agentgym.hosting import default_pool\n"
-            "print(default_pool('local').sandbox_of(env).host_dir)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=ROOT, check=True)
+    code = (
+        f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox='local')\n"
+        "from agentgym.hosting import default_pool\n"
+        "print(default_pool('local').sandbox_of(env).host_dir)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, check=True
+    )
     assert not Path(proc.stdout.strip()).exists()
 
 
@@ -229,12 +234,10 @@ def test_missing_image_names_the_build_command(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.docker
-def test_stale_image_warns(current_textgames_image: str,
-                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stale_image_warns(current_textgames_image: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(images_module, "_checked", set())
     monkeypatch.setattr(images_module, "source_digest", lambda: "other sources")
-    with pytest.warns(SandboxWarning, match="built from other agentgym sources.*"
-                                            "`agentgym build textgames`"):
+    with pytest.warns(SandboxWarning, match="built from other agentgym sources.*`agentgym build textgames`"):
         env = agentgym.make(SOKOBAN, sandbox="docker")
     env.close()
 
@@ -283,6 +286,7 @@ def test_killed_container_fails_only_its_episodes() -> None:
     before: set[str] = set()
     seen: set[str] = set()
     with EnvServerPool("docker", sessions_per_server=2, warm=1) as servers:
+
         def kill() -> None:
             before.update(s.id for s in servers.sandboxes())
             victim = servers.sandboxes()[0]
@@ -291,15 +295,23 @@ def test_killed_container_fails_only_its_episodes() -> None:
             killed.append(victim)
 
         policy = KillingPolicy(at=8, kill=kill)
-        episodes = collect(SOKOBAN, policy, default_tasks(16), max_turns=6, concurrency=4,
-                           progress=False, sandbox=servers,
-                           on_episode=lambda _: seen.update(s.id for s in servers.sandboxes()))
+        episodes = collect(
+            SOKOBAN,
+            policy,
+            default_tasks(16),
+            max_turns=6,
+            concurrency=4,
+            progress=False,
+            sandbox=servers,
+            on_episode=lambda _: seen.update(s.id for s in servers.sandboxes()),
+        )
         assert killed and not killed[0].alive()
         failed = [e for e in episodes if e.error]
         assert 1 <= len(failed) <= 2, [e.error for e in episodes]  # its 2 sessions at most
         for e in failed:
-            assert e.error is not None and e.error.startswith(("step failed: EnvServerUnavailable",
-                                       "reset failed: EnvServerUnavailable")), e.error
+            assert e.error is not None and e.error.startswith(
+                ("step failed: EnvServerUnavailable", "reset failed: EnvServerUnavailable")
+            ), e.error
             assert f"sandbox {killed[0].id} is dead" in e.error and "docker backend" in e.error
         assert all(e.num_turns > 0 for e in episodes if not e.error)
         assert len(episodes) == 16 and seen - before  # replaced, and the batch went on
@@ -312,8 +324,11 @@ def test_killed_server_is_a_clear_error(bwrap: None) -> None:
         servers = default_pool("local")
         sb = servers.sandbox_of(env)
         os.kill(server_host_pid(sb), 9)
-        with pytest.raises(EnvServerUnavailable, match=rf"the env server in sandbox {sb.id} "
-                                                       r"\(local backend\) exited with status"):
+        with pytest.raises(
+            EnvServerUnavailable,
+            match=rf"the env server in sandbox {sb.id} "
+            r"\(local backend\) exited with status",
+        ):
             env.step("up")
         assert not servers.usable(env)
         other = agentgym.make(SOKOBAN, sandbox="local")  # placed on a new server
@@ -326,9 +341,13 @@ def test_killed_server_is_a_clear_error(bwrap: None) -> None:
 
 def test_eval_in_a_sandbox(bwrap: None, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = subprocess.run([*CLI, "eval", "sandbox=local", "tasks=4", "max_turns=3",
-                           "progress=false", f"out_dir={out}"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [*CLI, "eval", "sandbox=local", "tasks=4", "max_turns=3", "progress=false", f"out_dir={out}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 4 and summary["errors"] == 0
@@ -339,8 +358,14 @@ def test_eval_in_a_sandbox(bwrap: None, tmp_path: Path) -> None:
 
 
 def agentgym_cmd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, cwd=ROOT,
-                          env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [*CLI, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @pytest.mark.docker
@@ -364,13 +389,13 @@ def crashed_owner(backend: Backend) -> Iterator[tuple[str, str]]:
         f"import agentgym\nenv = agentgym.make({SOKOBAN!r}, sandbox={backend!r})\n"
         "from agentgym.hosting import default_pool\n"
         f"sb = default_pool({backend!r}).sandbox_of(env)\n"
-        "print(sb.host_dir, sb.id)\n")
+        "print(sb.host_dir, sb.id)\n"
+    )
     host_dir, sandbox_id = out.split()
     yield host_dir, sandbox_id
 
 
-def test_gc_command_removes_a_killed_owners_sandbox(crashed_owner: tuple[str, str],
-                                                    backend: Backend) -> None:
+def test_gc_command_removes_a_killed_owners_sandbox(crashed_owner: tuple[str, str], backend: Backend) -> None:
     host_dir, sandbox_id = crashed_owner
     assert Path(host_dir).exists()  # left behind (with its cgroups or container) ...
     proc = agentgym_cmd("sandbox", "gc", "--older-than", "3600")

@@ -47,8 +47,10 @@ def policy() -> HFPolicy:
 @pytest.mark.parametrize("temperature, top_p", [(1.0, 1.0), (0.7, 0.9)])
 def test_logprobs_are_raw_model_logprobs(policy, temperature, top_p):
     # The repeated prompt shares its prefill with its twin (as a group's members do).
-    requests = [_request(p, seed=i, max_tokens=12, temperature=temperature, top_p=top_p)
-                for i, p in enumerate(PROMPTS + PROMPTS[:1])]
+    requests = [
+        _request(p, seed=i, max_tokens=12, temperature=temperature, top_p=top_p)
+        for i, p in enumerate(PROMPTS + PROMPTS[:1])
+    ]
     for request, gen in zip(requests, _generate(policy, requests)):
         assert gen.prompt_ids == encode_chat(policy.tokenizer, request.messages)
         assert len(gen.logprobs) == len(gen.response_ids) > 0
@@ -59,8 +61,10 @@ def test_logprobs_are_raw_model_logprobs(policy, temperature, top_p):
 
 def test_token_data_and_finish_reasons(policy):
     eos = set(policy.eos_ids.tolist())
-    done, cut = _generate(policy, [_request("hi", max_tokens=48, temperature=0),
-                                   _request(PROMPTS[2], max_tokens=5, temperature=0)])
+    done, cut = _generate(
+        policy,
+        [_request("hi", max_tokens=48, temperature=0), _request(PROMPTS[2], max_tokens=5, temperature=0)],
+    )
     assert done.finish_reason == "stop" and done.response_ids[-1] in eos
     assert len(done.response_ids) < 48 and done.text.strip()
     assert done.text == policy.tokenizer.decode(done.response_ids, skip_special_tokens=True)
@@ -81,9 +85,14 @@ def test_greedy_output_does_not_depend_on_batch(policy):
 def test_seeded_sample_depends_only_on_its_seed(policy):
     sample = {"max_tokens": 16, "temperature": 1.0}
     alone = _generate(policy, [_request(OPEN, seed=7, **sample)])[0]
-    batch = _generate(policy, [_request(PROMPTS[2], seed=1, **sample),
-                               _request(OPEN, seed=7, **sample),
-                               _request(OPEN, seed=8, **sample)])
+    batch = _generate(
+        policy,
+        [
+            _request(PROMPTS[2], seed=1, **sample),
+            _request(OPEN, seed=7, **sample),
+            _request(OPEN, seed=8, **sample),
+        ],
+    )
     assert batch[1].response_ids == alone.response_ids
     assert batch[2].response_ids != alone.response_ids
 
@@ -91,20 +100,28 @@ def test_seeded_sample_depends_only_on_its_seed(policy):
 def test_stop_string_truncates(policy):
     full = _generate(policy, [_request(PROMPTS[2], max_tokens=24, temperature=0)])[0]
     stop = full.text.split()[4]
-    cut = _generate(policy, [_request(PROMPTS[2], max_tokens=24, temperature=0,
-                                      stop=("no such text", stop))])[0]
+    cut = _generate(
+        policy, [_request(PROMPTS[2], max_tokens=24, temperature=0, stop=("no such text", stop))]
+    )[0]
     assert cut.finish_reason == "stop"
     decode = policy.tokenizer.decode
     assert cut.text == decode(cut.response_ids, skip_special_tokens=True)  # stop string kept
     assert stop in cut.text and stop not in decode(cut.response_ids[:-1], skip_special_tokens=True)
     assert full.text.startswith(cut.text) and len(cut.response_ids) < len(full.response_ids)
-    assert cut.response_ids == full.response_ids[:len(cut.response_ids)]
-    assert cut.logprobs == pytest.approx(full.logprobs[:len(cut.logprobs)], abs=1e-5)
+    assert cut.response_ids == full.response_ids[: len(cut.response_ids)]
+    assert cut.logprobs == pytest.approx(full.logprobs[: len(cut.logprobs)], abs=1e-5)
 
 
 def test_rollout_end_to_end(policy):
-    episodes = collect("agentgym/Household-v0", policy, default_tasks(4), group_size=2,
-                       max_turns=3, sampling=SamplingParams(max_tokens=24), progress=False)
+    episodes = collect(
+        "agentgym/Household-v0",
+        policy,
+        default_tasks(4),
+        group_size=2,
+        max_turns=3,
+        sampling=SamplingParams(max_tokens=24),
+        progress=False,
+    )
     assert len(episodes) == 8
     for episode in episodes:
         assert episode.error is None and episode.turns
@@ -116,9 +133,16 @@ def test_rollout_end_to_end(policy):
 
 def test_rollout_reproducible_at_fixed_seed(policy):
     def run(concurrency: int):
-        episodes = collect("agentgym/Household-v0", policy, default_tasks(1, seed=5),
-                           group_size=2, max_turns=2, concurrency=concurrency,
-                           sampling=SamplingParams(max_tokens=8), progress=False)
+        episodes = collect(
+            "agentgym/Household-v0",
+            policy,
+            default_tasks(1, seed=5),
+            group_size=2,
+            max_turns=2,
+            concurrency=concurrency,
+            sampling=SamplingParams(max_tokens=8),
+            progress=False,
+        )
         return [[(t.action, t.response_ids) for t in e.turns] for e in episodes]
 
     first = run(1)

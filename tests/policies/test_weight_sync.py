@@ -28,8 +28,9 @@ def server() -> Iterator[VLLMServer]:
 
 
 async def _greedy(policy: VLLMPolicy):
-    (gen,) = await policy.generate([GenerationRequest(
-        messages=CHAT, sampling=SamplingParams(max_tokens=12, temperature=0.0))])
+    (gen,) = await policy.generate(
+        [GenerationRequest(messages=CHAT, sampling=SamplingParams(max_tokens=12, temperature=0.0))]
+    )
     return gen
 
 
@@ -44,8 +45,10 @@ def _train(learner: Learner, tokenizer) -> None:
 # but differ from the new weights' by up to 0.016 (the LoRA path matches to 2e-5), as if linear
 # layers kept the copies repacked at start-up. Strict: this alerts us when vLLM fixes it.
 FULL_RELOAD_BROKEN_ON_CPU = pytest.mark.xfail(
-    not __import__("torch").cuda.is_available(), strict=True,
-    reason="vLLM CPU build: reload_weights does not fully apply new weights")
+    not __import__("torch").cuda.is_available(),
+    strict=True,
+    reason="vLLM CPU build: reload_weights does not fully apply new weights",
+)
 
 
 @pytest.mark.parametrize("lora_rank", [8, pytest.param(0, marks=FULL_RELOAD_BROKEN_ON_CPU)])
@@ -62,7 +65,8 @@ async def test_pushed_weights_give_the_learners_logprobs(server, tmp_path, lora_
         row = TrainingRow(after.prompt_ids, after.response_ids, 0.0, [])
         np.testing.assert_allclose(after.logprobs, learner.logprobs([row])[0], atol=1e-3)
         assert after.response_ids != before.response_ids or not np.allclose(
-            after.logprobs, before.logprobs, atol=1e-3)  # the push changed the served model
+            after.logprobs, before.logprobs, atol=1e-3
+        )  # the push changed the served model
     finally:
         if lora_rank == 0:  # restore the base weights for whoever uses the server next
             base = Learner(LearnerConfig(lora_rank=0))

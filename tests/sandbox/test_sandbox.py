@@ -77,8 +77,10 @@ def bystander():
 @needs_bwrap
 def test_exec_runs_isolated_in_the_work_dir(sb: LocalSandbox) -> None:
     assert sb.isolated
-    code = ("import os, sys; print(os.getcwd()); print(os.environ['HOME']);"
-            "print(sys.stdin.read().upper()); sys.exit(3)")
+    code = (
+        "import os, sys; print(os.getcwd()); print(os.environ['HOME']);"
+        "print(sys.stdin.read().upper()); sys.exit(3)"
+    )
     r = sb.exec(["python3", "-c", code], stdin=b"hi")
     assert r.returncode == 3 and not r.timed_out and not r.truncated
     assert r.stdout.split() == [b"/sandbox", b"/sandbox", b"HI"]
@@ -104,8 +106,9 @@ def test_timeout_kills_the_command(sb: LocalSandbox) -> None:
 
 
 def test_output_cap_cuts_1gb_of_stdout(sb: LocalSandbox, bystander: LocalSandbox) -> None:
-    r, _ = while_running(bystander, lambda: sb.exec(["python3", "-c", PRINT_1GB],
-                                                    max_output_bytes=1 << 20, timeout_s=60))
+    r, _ = while_running(
+        bystander, lambda: sb.exec(["python3", "-c", PRINT_1GB], max_output_bytes=1 << 20, timeout_s=60)
+    )
     assert r.truncated and not r.timed_out and r.returncode == 137
     assert r.stdout == b"x" * (1 << 20)
     assert r.duration_s < 10  # killed at the cap, not after writing a gigabyte
@@ -224,8 +227,11 @@ def test_host_files_outside_are_invisible(sb: LocalSandbox, tmp_path: Path) -> N
 
 @needs_bwrap
 def test_no_network_unless_asked() -> None:
-    with host_tcp_server() as (port, peers), LocalSandbox() as offline, \
-            LocalSandbox(SandboxLimits(network=True)) as online:
+    with (
+        host_tcp_server() as (port, peers),
+        LocalSandbox() as offline,
+        LocalSandbox(SandboxLimits(network=True)) as online,
+    ):
         for host in ("127.0.0.1", "1.1.1.1"):
             out = offline.exec(["python3", "-c", connect_script(host, port)]).check().stdout
             assert out.startswith(b"failed"), out
@@ -298,8 +304,10 @@ def test_unusable_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_module, "bwrap_usable", lambda: "Creating new namespace failed")
     with pytest.raises(SandboxError, match="bubblewrap required but unusable: Creating new"):
         LocalSandbox(bwrap=True).start()
-    with pytest.warns(SandboxWarning, match="WITHOUT ISOLATION: Creating new namespace failed"), \
-            LocalSandbox() as sb:
+    with (
+        pytest.warns(SandboxWarning, match="WITHOUT ISOLATION: Creating new namespace failed"),
+        LocalSandbox() as sb,
+    ):
         assert not sb.isolated and sb.exec(["true"]).ok
 
 
@@ -333,8 +341,10 @@ def test_pool_warm_acquire_recycle_and_replace() -> None:
             sb.write_file("dirty", b"x")
             pool.release(sb)
             pool.prewarm(spec, wait_s=30)
-        print(f"\nlocal pool warm acquire: p50 {statistics.median(times) * 1e3:.2f} ms, "
-              f"max {max(times) * 1e3:.2f} ms")
+        print(
+            f"\nlocal pool warm acquire: p50 {statistics.median(times) * 1e3:.2f} ms, "
+            f"max {max(times) * 1e3:.2f} ms"
+        )
         sb = pool.acquire(spec)
         with pytest.raises(FileNotFoundError):
             sb.read_file("dirty")  # recycled sandboxes are reset
@@ -381,7 +391,8 @@ def test_gc_removes_what_a_killed_process_left() -> None:
         "from agentgym.sandbox import LocalSandbox\n"
         "sb = LocalSandbox().start()\n"
         "sb.spawn(['sleep', '300'])\n"
-        "print(sb.host_dir, sb._cgroups is not None)\n")
+        "print(sb.host_dir, sb._cgroups is not None)\n"
+    )
     host_dir, has_cgroups = out.split()
     assert Path(host_dir).exists()  # left behind ...
     report = gc(docker=False)
@@ -398,10 +409,13 @@ def test_gc_spares_live_owners() -> None:
 
 
 def test_exit_hook_closes_forgotten_sandboxes() -> None:
-    code = ("from agentgym.sandbox import LocalSandbox\n"
-            "sb = LocalSandbox().start(); sb.spawn(['sleep', '300']); print(sb.host_dir)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         timeout=60).stdout
+    code = (
+        "from agentgym.sandbox import LocalSandbox\n"
+        "sb = LocalSandbox().start(); sb.spawn(['sleep', '300']); print(sb.host_dir)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert not Path(out.strip()).exists()
 
 

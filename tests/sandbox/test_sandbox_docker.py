@@ -77,8 +77,10 @@ def test_container_settings_and_labels(sb: DockerSandbox, client: Any) -> None:
 
 
 def test_exec_basics(sb: DockerSandbox) -> None:
-    code = ("import os, sys; print(os.getcwd(), os.getuid()); print(sys.stdin.read().upper());"
-            "print(os.environ['X'], file=sys.stderr); sys.exit(3)")
+    code = (
+        "import os, sys; print(os.getcwd(), os.getuid()); print(sys.stdin.read().upper());"
+        "print(os.environ['X'], file=sys.stderr); sys.exit(3)"
+    )
     r = sb.exec(["python3", "-c", code], stdin=b"hi", env={"X": "from env"})
     assert (r.returncode, r.timed_out, r.truncated) == (3, False, False)
     assert r.stdout.split() == [b"/sandbox", str(os.getuid()).encode(), b"HI"]
@@ -102,8 +104,9 @@ def test_exec_returns_when_the_command_exits_even_if_children_hold_the_output(sb
 
 
 def test_output_cap_cuts_1gb_of_stdout(sb: DockerSandbox, bystander: DockerSandbox) -> None:
-    r, _ = while_running(bystander, lambda: sb.exec(["python3", "-c", PRINT_1GB],
-                                                    max_output_bytes=1 << 20, timeout_s=60))
+    r, _ = while_running(
+        bystander, lambda: sb.exec(["python3", "-c", PRINT_1GB], max_output_bytes=1 << 20, timeout_s=60)
+    )
     assert r.truncated and not r.timed_out and r.returncode == 137
     assert r.stdout == b"x" * (1 << 20) and r.duration_s < 10
     assert sb.exec(["echo", "after"]).check().stdout == b"after\n"
@@ -168,8 +171,9 @@ def test_build_images_labels(textgames_image: str, client: Any) -> None:
 def test_stale_only_leaves_current_images_alone(textgames_image: str, client: Any) -> None:
     before = client.images.get(textgames_image).id
     logged: list[str] = []
-    assert build_images(["textgames"], client=client, stale_only=True,
-                        log=logged.append) == {"textgames": textgames_image}
+    assert build_images(["textgames"], client=client, stale_only=True, log=logged.append) == {
+        "textgames": textgames_image
+    }
     assert logged == [] and client.images.get(textgames_image).id == before
 
 
@@ -185,8 +189,11 @@ def test_host_files_are_invisible(sb: DockerSandbox, tmp_path: Path) -> None:
 
 
 def test_no_network_unless_asked(base_image: str, client: Any) -> None:
-    with host_tcp_server() as (port, peers), DockerSandbox(base_image) as offline, \
-            DockerSandbox(base_image, SandboxLimits(network=True)) as online:
+    with (
+        host_tcp_server() as (port, peers),
+        DockerSandbox(base_image) as offline,
+        DockerSandbox(base_image, SandboxLimits(network=True)) as online,
+    ):
         gateway = client.api.inspect_container(online.container_id)["NetworkSettings"]["Gateway"]
         assert gateway  # the host, as seen from the default bridge
         for host in ("127.0.0.1", gateway, "1.1.1.1"):
@@ -245,8 +252,10 @@ def test_pool_replaces_killed_sandboxes(base_image: str, client: Any) -> None:
             sb.write_file("dirty", b"x")
             pool.release(sb)
             pool.prewarm(spec, wait_s=120)
-        print(f"\ndocker pool warm acquire: p50 {statistics.median(times) * 1e3:.1f} ms, "
-              f"max {max(times) * 1e3:.1f} ms")
+        print(
+            f"\ndocker pool warm acquire: p50 {statistics.median(times) * 1e3:.1f} ms, "
+            f"max {max(times) * 1e3:.1f} ms"
+        )
         sb = pool.acquire(spec)
         assert isinstance(sb, DockerSandbox)
         assert sb.exec(["ls", "-A"]).check().stdout == b""  # recycled: reset
@@ -279,7 +288,8 @@ def test_gc_removes_containers_of_a_killed_owner(base_image: str, client: Any) -
     out = run_and_crash(
         "from agentgym.sandbox import DockerSandbox\n"
         f"sb = DockerSandbox({base_image!r}, session='crashed').start()\n"
-        "print(sb.container_id, sb.host_dir)\n")
+        "print(sb.container_id, sb.host_dir)\n"
+    )
     container_id, host_dir = out.split()
     assert client.api.inspect_container(container_id)["State"]["Running"]  # left behind ...
     assert gc(local=False, older_than_s=3600).containers == []  # (too young)
@@ -293,9 +303,11 @@ def test_gc_spares_live_owners(sb: DockerSandbox) -> None:
 
 
 def test_exit_hook_removes_forgotten_containers(base_image: str, client: Any) -> None:
-    code = ("from agentgym.sandbox import DockerSandbox\n"
-            f"sb = DockerSandbox({base_image!r}, session='forgotten').start()\n"
-            "print(sb.container_id)")
+    code = (
+        "from agentgym.sandbox import DockerSandbox\n"
+        f"sb = DockerSandbox({base_image!r}, session='forgotten').start()\n"
+        "print(sb.container_id)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, timeout=120)
     assert not client.api.containers(all=True, filters={"label": "agentgym.session=forgotten"})
 

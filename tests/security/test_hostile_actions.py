@@ -33,9 +33,15 @@ from support.hostile import HOSTILE, NUL, SURROGATE, TOOLUSE_BREAKS, tool_call
 
 #: Every registered id; the desktop's and the browser's carry their markers (the desktop's
 #: tests run one after another, see tests/conftest.py).
-ENV_IDS = [pytest.param(i, marks={"agentgym/Desktop-v0": [pytest.mark.gui],
-                                  "agentgym/Shop-v0": [pytest.mark.browser]}.get(i, []))
-           for i in sorted(agentgym.list_envs())]
+ENV_IDS = [
+    pytest.param(
+        i,
+        marks={"agentgym/Desktop-v0": [pytest.mark.gui], "agentgym/Shop-v0": [pytest.mark.browser]}.get(
+            i, []
+        ),
+    )
+    for i in sorted(agentgym.list_envs())
+]
 #: Examples per env beyond the explicit ones; slow envs (a browser, a desktop) get fewer.
 BUDGET = {"agentgym/Shop-v0": 8, "agentgym/Desktop-v0": 8}
 DEFAULT_BUDGET = 40
@@ -44,10 +50,19 @@ DEFAULT_BUDGET = 40
 def in_syntax(payload: str) -> list[str]:
     """``payload`` bare and inside the action syntax of every family."""
     quoted = json.dumps(payload)
-    return [payload, f"<action>{payload}</action>", f"<answer>{payload}</answer>",
-            tool_call("read_file", path=payload), tool_call("bash", command=payload),
-            f"click({payload})", f"type({quoted})", f"key({quoted})", f"fill(e1, {quoted})",
-            f"search[{payload}]", f"click[{payload}]"]
+    return [
+        payload,
+        f"<action>{payload}</action>",
+        f"<answer>{payload}</answer>",
+        tool_call("read_file", path=payload),
+        tool_call("bash", command=payload),
+        f"click({payload})",
+        f"type({quoted})",
+        f"key({quoted})",
+        f"fill(e1, {quoted})",
+        f"search[{payload}]",
+        f"click[{payload}]",
+    ]
 
 
 actions = st.one_of(
@@ -55,10 +70,11 @@ actions = st.one_of(
     st.text(alphabet=st.characters(codec=None, categories=["Cc", "Cs", "Co", "Cn", "Zs"])),
     st.sampled_from(HOSTILE),
     st.builds(lambda p, i: in_syntax(p)[i], st.text(max_size=300), st.integers(0, 10)),
-    st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                 lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8),
-                                                                             inner, max_size=4),
-                 max_leaves=30).map(json.dumps),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+        max_leaves=30,
+    ).map(json.dumps),
 )
 
 
@@ -103,10 +119,17 @@ def test_named_hostile_actions_are_answered(env):
 
 
 def test_any_action_is_answered(env):
-    @settings(max_examples=BUDGET.get(env.spec.id, DEFAULT_BUDGET), deadline=None,
-              database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.large_base_example])
+    @settings(
+        max_examples=BUDGET.get(env.spec.id, DEFAULT_BUDGET),
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
+    )
     @given(action=actions)
     @example(action=NUL)
     def property(action: str) -> None:
@@ -134,11 +157,21 @@ def test_through_eval_hostile_episodes_are_agent_failures(sandbox, tmp_path):
 
     if sandbox == "local" and (problem := bwrap_usable()) is not None:
         unavailable(problem)
-    cfg = compose_eval_config([
-        f"out_dir={tmp_path / 'run'}", "progress=false", f"report={sandbox == 'none'}",
-        "env=agentgym/ToolUse-v0", "tasks=4", "max_turns=6", "concurrency=2",
-        f"sandbox={sandbox}", "policy=scripted", "policy.act=test_hostile_actions:hostile_act",
-        "policy.action_tag=null"])
+    cfg = compose_eval_config(
+        [
+            f"out_dir={tmp_path / 'run'}",
+            "progress=false",
+            f"report={sandbox == 'none'}",
+            "env=agentgym/ToolUse-v0",
+            "tasks=4",
+            "max_turns=6",
+            "concurrency=2",
+            f"sandbox={sandbox}",
+            "policy=scripted",
+            "policy.act=test_hostile_actions:hostile_act",
+            "policy.action_tag=null",
+        ]
+    )
     _, summary = asyncio.run(run_eval(cfg))
     episodes = load_episodes(tmp_path / "run" / "episodes.jsonl")
     assert summary["errors"] == 0 and len(episodes) == 4, summary

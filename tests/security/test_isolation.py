@@ -57,8 +57,12 @@ def backend(request: pytest.FixtureRequest) -> Placement:
     if (problem := bwrap_usable()) is not None:
         unavailable(problem)
     if request.param == "docker":
-        build_images(["tooluse"], base_image=request.getfixturevalue("base_image"),
-                     client=request.getfixturevalue("client"), stale_only=True)
+        build_images(
+            ["tooluse"],
+            base_image=request.getfixturevalue("base_image"),
+            client=request.getfixturevalue("client"),
+            stale_only=True,
+        )
     return request.param
 
 
@@ -107,8 +111,7 @@ def answers(*envs: Any) -> None:
         assert "stdout:\nalive" in bash(env, "echo alive")
 
 
-def test_each_session_runs_as_its_own_unprivileged_user(sessions: tuple[Any, Any],
-                                                        backend: str) -> None:
+def test_each_session_runs_as_its_own_unprivileged_user(sessions: tuple[Any, Any], backend: str) -> None:
     a, b = sessions
     ids = [re.search(r"uid=(\d+)", bash(env, "id")) for env in (a, b)]
     assert all(ids) and all(m.group(1) != "0" for m in ids), ids  # type: ignore[union-attr]
@@ -119,8 +122,15 @@ def test_each_session_runs_as_its_own_unprivileged_user(sessions: tuple[Any, Any
 def test_host_secrets_are_out_of_reach(sessions: tuple[Any, Any]) -> None:
     a, _ = sessions
     assert "stdout:\n\nstderr" in bash(a, "cat /etc/shadow /etc/gshadow")  # empty: masked
-    for path in ("/root/.ssh", "/var/run/docker.sock", "/run/docker.sock", f"{ROOT}/.git/HEAD",
-                 f"{ROOT}/pyproject.toml", f"{ROOT}/runs", f"{ROOT}/tests"):
+    for path in (
+        "/root/.ssh",
+        "/var/run/docker.sock",
+        "/run/docker.sock",
+        f"{ROOT}/.git/HEAD",
+        f"{ROOT}/pyproject.toml",
+        f"{ROOT}/runs",
+        f"{ROOT}/tests",
+    ):
         assert "No such file or directory" in bash(a, f"ls -lA {path}"), path
 
 
@@ -137,24 +147,26 @@ def test_nothing_outside_the_workspace_is_writable(sessions: tuple[Any, Any]) ->
 def test_no_network_not_even_the_hosts_loopback(sessions: tuple[Any, Any]) -> None:
     a, _ = sessions
     with host_tcp_server() as (port, peers):
-        out = python(a, "import socket\n"
-                        f"for host in ('127.0.0.1', '{_host_address()}'):\n"
-                        "    try:\n"
-                        f"        socket.create_connection((host, {port}), timeout=2).close()\n"
-                        "        print('connected')\n"
-                        "    except OSError as exc:\n"
-                        "        print('failed', exc)\n"
-                        "try:\n"
-                        "    print(socket.getaddrinfo('example.com', 443))\n"
-                        "except OSError as exc:\n"
-                        "    print('no dns', exc)\n")
+        out = python(
+            a,
+            "import socket\n"
+            f"for host in ('127.0.0.1', '{_host_address()}'):\n"
+            "    try:\n"
+            f"        socket.create_connection((host, {port}), timeout=2).close()\n"
+            "        print('connected')\n"
+            "    except OSError as exc:\n"
+            "        print('failed', exc)\n"
+            "try:\n"
+            "    print(socket.getaddrinfo('example.com', 443))\n"
+            "except OSError as exc:\n"
+            "    print('no dns', exc)\n",
+        )
     assert "connected" not in out and "no dns" in out and peers == []
 
 
 def test_bombs_end_only_their_call(sessions: tuple[Any, Any]) -> None:
     a, b = sessions
-    for code, timeout_s in ((FORK_BOMB, 4), (memory_bomb(4096), 20), (LOOP_FOREVER, 2),
-                            (PRINT_1GB, 20)):
+    for code, timeout_s in ((FORK_BOMB, 4), (memory_bomb(4096), 20), (LOOP_FOREVER, 2), (PRINT_1GB, 20)):
         out = python(a, code, timeout_s)
         assert "exit status: 0" not in out and "survived" not in out, out[:300]
         answers(a, b)
@@ -175,8 +187,12 @@ def test_disk_fill_stops_at_the_quota(sessions: tuple[Any, Any]) -> None:
 
 def test_killing_the_parent_ends_only_the_call(sessions: tuple[Any, Any]) -> None:
     a, b = sessions
-    for command in ("kill -9 $PPID", "kill -9 -1", "kill -9 1",
-                    "python3 -c 'import os; os.kill(os.getppid(), 9)'"):
+    for command in (
+        "kill -9 $PPID",
+        "kill -9 -1",
+        "kill -9 1",
+        "python3 -c 'import os; os.kill(os.getppid(), 9)'",
+    ):
         bash(a, command)
         answers(a, b)
 
@@ -184,8 +200,7 @@ def test_killing_the_parent_ends_only_the_call(sessions: tuple[Any, Any]) -> Non
 def test_processes_end_with_their_call_and_reset(sessions: tuple[Any, Any]) -> None:
     a, b = sessions
     marker = str(900_000 + secrets.randbelow(99_999))
-    bash(a, f"setsid nohup sleep {marker} >/dev/null 2>&1 & disown; "
-            f"(sleep {marker} &) ; echo started")
+    bash(a, f"setsid nohup sleep {marker} >/dev/null 2>&1 & disown; (sleep {marker} &) ; echo started")
     eventually(lambda: not _host_processes(f"sleep {marker}"), timeout_s=10)
     a.reset(seed=0)
     assert not _host_processes(f"sleep {marker}")
@@ -197,10 +212,14 @@ def test_sessions_cannot_reach_each_other(sessions: tuple[Any, Any]) -> None:
     token = secrets.token_hex(8)
     call(a, "write_file", path="secret.txt", content=token)
     bash(a, f"echo {token} > /tmp/secret2.txt")
-    out = bash(b, "ls /proc | grep -c '^[0-9]'; "
-                  "find / -name 'secret*.txt' -not -path '/proc/*' 2>/dev/null; "
-                  f"grep -rl {token} /tmp /sandbox /run /var /home /opt /srv /mnt 2>/dev/null; "
-                  "echo end", timeout_s=20)
+    out = bash(
+        b,
+        "ls /proc | grep -c '^[0-9]'; "
+        "find / -name 'secret*.txt' -not -path '/proc/*' 2>/dev/null; "
+        f"grep -rl {token} /tmp /sandbox /run /var /home /opt /srv /mnt 2>/dev/null; "
+        "echo end",
+        timeout_s=20,
+    )
     assert "secret" not in out and token not in out, out
     found = re.search(r"stdout:\n(\d+)", out)
     assert found is not None

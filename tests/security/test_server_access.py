@@ -37,9 +37,23 @@ def sessions(server: ServerProcess, **headers: str) -> int:
 
 def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    proc = subprocess.run([sys.executable, "-m", "agentgym.server", "--host", "0.0.0.0",
-                           "--port", "0", "--ready-file", str(tmp_path / "ready.json")],
-                          capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentgym.server",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--ready-file",
+            str(tmp_path / "ready.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode != 0 and "give a token" in proc.stderr, proc.stderr
     assert not (tmp_path / "ready.json").exists()  # it never served
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
@@ -49,10 +63,17 @@ def test_a_non_loopback_bind_without_a_token_is_refused(tmp_path):
 def test_requests_without_the_token_are_refused(start_server, monkeypatch):
     server = start_server(token=TOKEN)
     with httpx.Client(base_url=server.url, trust_env=False) as c:
-        for headers in ({}, {"authorization": "Bearer wrong"}, {"authorization": TOKEN},
-                        {"authorization": f"Bearer {TOKEN}x"}):
-            for response in (c.get("/health", headers=headers), c.get("/envs", headers=headers),
-                             c.post("/sessions", json={"env_id": SOKOBAN}, headers=headers)):
+        for headers in (
+            {},
+            {"authorization": "Bearer wrong"},
+            {"authorization": TOKEN},
+            {"authorization": f"Bearer {TOKEN}x"},
+        ):
+            for response in (
+                c.get("/health", headers=headers),
+                c.get("/envs", headers=headers),
+                c.post("/sessions", json={"env_id": SOKOBAN}, headers=headers),
+            ):
                 assert response.status_code == 401, response.text
                 assert response.json()["error"] == "unauthorized"
     assert sessions(server, authorization=f"Bearer {TOKEN}") == 0  # nothing was made
@@ -73,19 +94,23 @@ def test_requests_without_the_token_are_refused(start_server, monkeypatch):
     assert sessions(server, authorization=f"Bearer {TOKEN}") == 0
 
 
-@pytest.mark.parametrize("env_id, kwargs, named", [
-    (TOOLUSE, {"isolate": False}, "isolate"),                 # turns the tools' sandbox off
-    (SEARCH, {"questions": "/etc/shadow"}, "questions"),      # a host path
-    (SEARCH, {"index": "/root"}, "index"),
-    (SEARCH, {"retriever": "http://127.0.0.1:1"}, "retriever"),  # a URL the server would call
-    (TOOLUSE, {"timeout_s": 86_400}, "timeout_s"),            # past the ceiling (60 s)
-    (TOOLUSE, {"max_output_chars": float("inf")}, "max_output_chars"),
-    (SOKOBAN, {"dim_room": [12, 30]}, "dim_room"),            # any number past the ceiling
-    (SOKOBAN, {"disable_env_checker": False}, "disable_env_checker"),
-    (SOKOBAN, {"dim_room": [[[[[[[[13]]]]]]]]}, "dim_room"),     # numbers anywhere in the value
-])
+@pytest.mark.parametrize(
+    "env_id, kwargs, named",
+    [
+        (TOOLUSE, {"isolate": False}, "isolate"),  # turns the tools' sandbox off
+        (SEARCH, {"questions": "/etc/shadow"}, "questions"),  # a host path
+        (SEARCH, {"index": "/root"}, "index"),
+        (SEARCH, {"retriever": "http://127.0.0.1:1"}, "retriever"),  # a URL the server would call
+        (TOOLUSE, {"timeout_s": 86_400}, "timeout_s"),  # past the ceiling (60 s)
+        (TOOLUSE, {"max_output_chars": float("inf")}, "max_output_chars"),
+        (SOKOBAN, {"dim_room": [12, 30]}, "dim_room"),  # any number past the ceiling
+        (SOKOBAN, {"disable_env_checker": False}, "disable_env_checker"),
+        (SOKOBAN, {"dim_room": [[[[[[[[13]]]]]]]]}, "dim_room"),  # numbers anywhere in the value
+    ],
+)
 def test_client_kwargs_that_weaken_isolation_or_name_host_paths_are_refused(
-        start_server, env_id, kwargs, named):
+    start_server, env_id, kwargs, named
+):
     server = start_server()
     body = json.dumps({"env_id": env_id, "kwargs": kwargs})  # Infinity, as Python's json allows
     answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
@@ -110,15 +135,17 @@ def test_the_operator_may_allow_a_kwarg(start_server):
 
 
 def test_hung_up_clients_are_one_log_line_and_sigterm_exits_143():
-    proc = subprocess.Popen([sys.executable, "-m", "agentgym.cli", "serve", "--port", "0",
-                             "--log-level", "info"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentgym.cli", "serve", "--port", "0", "--log-level", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         info = json.loads(proc.stdout.readline().split("ready ", 1)[1])
         for _ in range(3):  # a body cut short: the client hung up mid-request
             with socket.create_connection(("127.0.0.1", info["port"])) as sock:
-                sock.sendall(b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
-                             b"\r\n{\"env_id\": ")
+                sock.sendall(b'POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"env_id": ')
         assert httpx.get(f"{info['url']}/health", trust_env=False).json()["sessions"] == 0
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -131,8 +158,9 @@ def test_hung_up_clients_are_one_log_line_and_sigterm_exits_143():
 def test_kwargs_nested_as_deep_as_json_allows_are_answered(start_server):
     server = start_server()
     for depth in (500, 900, 5000):  # under and over what the JSON parser takes
-        body = '{{"env_id": "{}", "kwargs": {{"dim_room": {}13{}}}}}'.format(SOKOBAN, "[" * depth,
-                                                                     "]" * depth)
+        body = '{{"env_id": "{}", "kwargs": {{"dim_room": {}13{}}}}}'.format(
+            SOKOBAN, "[" * depth, "]" * depth
+        )
         answer = httpx.post(f"{server.url}/sessions", content=body, trust_env=False)
         assert answer.status_code in (400, 403), answer.text  # never a 500
     assert sessions(server) == 0
@@ -141,22 +169,35 @@ def test_kwargs_nested_as_deep_as_json_allows_are_answered(start_server):
 def test_client_host_paths_resolve_inside_the_data_root_only(start_server, tmp_path):
     root = tmp_path / "data"
     root.mkdir()
-    (root / "qa.jsonl").write_text(json.dumps({"id": "q1", "question": "Who wrote Nemo?",
-                                               "answer": "Verne"}) + "\n")
-    (root / "passages.jsonl").write_text(json.dumps({"id": "p1", "title": "Nemo",
-                                                     "text": "Nemo was written by Verne."}) + "\n")
+    (root / "qa.jsonl").write_text(
+        json.dumps({"id": "q1", "question": "Who wrote Nemo?", "answer": "Verne"}) + "\n"
+    )
+    (root / "passages.jsonl").write_text(
+        json.dumps({"id": "p1", "title": "Nemo", "text": "Nemo was written by Verne."}) + "\n"
+    )
     (root / "escape.jsonl").symlink_to("/etc/passwd")
     allowed = ["questions", "corpus"]
     closed = start_server(allowed_kwargs=allowed)  # allowed, but no data root: still refused
-    answer = httpx.post(f"{closed.url}/sessions", trust_env=False, json={
-        "env_id": SEARCH, "kwargs": {"questions": "qa.jsonl", "corpus": "passages.jsonl"}})
+    answer = httpx.post(
+        f"{closed.url}/sessions",
+        trust_env=False,
+        json={"env_id": SEARCH, "kwargs": {"questions": "qa.jsonl", "corpus": "passages.jsonl"}},
+    )
     assert answer.status_code == 403 and "--data-root" in answer.json()["detail"]
 
     server = start_server(allowed_kwargs=allowed, extra_args=["--data-root", str(root)])
-    for path in ("/etc/passwd", "../data/../../etc/passwd", "escape.jsonl", "qa.jsonl\x00",
-                 str(root / "qa.jsonl")):  # absolute even when inside
-        answer = httpx.post(f"{server.url}/sessions", trust_env=False, json={
-            "env_id": SEARCH, "kwargs": {"questions": path, "corpus": "passages.jsonl"}})
+    for path in (
+        "/etc/passwd",
+        "../data/../../etc/passwd",
+        "escape.jsonl",
+        "qa.jsonl\x00",
+        str(root / "qa.jsonl"),
+    ):  # absolute even when inside
+        answer = httpx.post(
+            f"{server.url}/sessions",
+            trust_env=False,
+            json={"env_id": SEARCH, "kwargs": {"questions": path, "corpus": "passages.jsonl"}},
+        )
         assert answer.status_code == 403, (path, answer.text)
         assert answer.json()["kwarg"] == "questions" and "data root" in answer.json()["detail"]
     env = RemoteEnv(server.url, SEARCH, {"questions": "qa.jsonl", "corpus": "passages.jsonl"})
@@ -169,8 +210,7 @@ def test_client_host_paths_resolve_inside_the_data_root_only(start_server, tmp_p
 
 
 def test_a_step_past_the_deadline_ends_its_session_only(start_server):
-    server = start_server(allow_entry_points=True, extra_args=["--step-timeout", "1"],
-                          env=FIXTURE_ENV)
+    server = start_server(allow_entry_points=True, extra_args=["--step-timeout", "1"], env=FIXTURE_ENV)
     slow, other = (RemoteEnv(server.url, "probe_env:ThreadedProbeEnv") for _ in range(2))
     try:
         slow.reset(seed=0)

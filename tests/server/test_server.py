@@ -87,8 +87,7 @@ async def _aplay(env: RemoteEnv, seed: int, turns: int = 12) -> list[Any]:
     out: list[Any] = [obs, to_jsonable(info)]
     for t in range(turns):
         actions = info["admissible_actions"]
-        obs, reward, terminated, truncated, info = await env.astep(
-            actions[(7 * t + seed) % len(actions)])
+        obs, reward, terminated, truncated, info = await env.astep(actions[(7 * t + seed) % len(actions)])
         out.append((obs, float(reward), bool(terminated), bool(truncated), to_jsonable(info)))
         if terminated or truncated:
             break
@@ -115,6 +114,7 @@ def test_remote_env_equals_in_process(server, env_id):
             return [await _aplay(env, seed) for seed in (0, 1, 2)]
         finally:
             await env.aclose()  # in the loop that made its connections
+
     assert asyncio.run(play_async()) == expected
 
 
@@ -157,8 +157,7 @@ async def test_200_sessions_step_concurrently(server):
     envs = await asyncio.gather(*(RemoteEnv.acreate(server.url, SOKOBAN) for _ in range(200)))
     assert _health(server)["sessions"] == before + 200
     try:
-        results = await asyncio.gather(*(_aplay(env, seed, turns=8)
-                                         for seed, env in enumerate(envs)))
+        results = await asyncio.gather(*(_aplay(env, seed, turns=8) for seed, env in enumerate(envs)))
     finally:
         await asyncio.gather(*(env.aclose() for env in envs))
     local = agentgym.make(SOKOBAN)
@@ -224,25 +223,27 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
         _error(c.post("/sessions", json=["agentgym/Sokoban-v0"]), 422, "invalid_request")
         assert "'env_id'" in _error(c.post("/sessions", json={}), 422, "invalid_request")
         _error(c.post("/sessions", json={"env_id": 3}), 422, "invalid_request")
-        _error(c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": [1]}), 422,
-               "invalid_request")
-        _error(c.post("/sessions", json={"env_id": SOKOBAN, "kind": "aec"}), 422,
-               "invalid_request")
-        detail = _error(c.post("/sessions", json={"env_id": "agentgym/Sokobn-v0"}), 404,
-                        "unknown_env")
+        _error(c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": [1]}), 422, "invalid_request")
+        _error(c.post("/sessions", json={"env_id": SOKOBAN, "kind": "aec"}), 422, "invalid_request")
+        detail = _error(c.post("/sessions", json={"env_id": "agentgym/Sokobn-v0"}), 404, "unknown_env")
         assert "Did you mean 'agentgym/Sokoban-v0'" in detail
-        detail = _error(c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": {"size": 3}}),
-                        403, "kwarg_not_allowed")
+        detail = _error(
+            c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": {"size": 3}}), 403, "kwarg_not_allowed"
+        )
         assert "may not set 'size'" in detail and "dim_room" in detail
         assert "ceiling for clients, 6" in _error(
             c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": {"num_boxes": 99}}),
-            403, "kwarg_not_allowed")
+            403,
+            "kwarg_not_allowed",
+        )
         assert "num_boxes" in _error(
-            c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": {"num_boxes": 0}}),
-            400, "invalid_kwargs")
-        for response in (c.post("/sessions/nope/reset", json={}),
-                         c.post("/sessions/nope/step", json={"action": "up"}),
-                         c.delete("/sessions/nope")):
+            c.post("/sessions", json={"env_id": SOKOBAN, "kwargs": {"num_boxes": 0}}), 400, "invalid_kwargs"
+        )
+        for response in (
+            c.post("/sessions/nope/reset", json={}),
+            c.post("/sessions/nope/step", json={"action": "up"}),
+            c.delete("/sessions/nope"),
+        ):
             _error(response, 404, "unknown_session")
         _error(c.get("/no/such/route"), 404, "not_found")
         _error(c.put("/health"), 405, "method_not_allowed")
@@ -251,18 +252,19 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
         _error(c.post(f"/sessions/{sid}/step", json={"action": "up"}), 409, "reset_needed")
         _error(c.post(f"/sessions/{sid}/reset", json={"seed": "one"}), 422, "invalid_request")
         _error(c.post(f"/sessions/{sid}/reset", json={"seed": True}), 422, "invalid_request")
-        assert "non-negative" in _error(c.post(f"/sessions/{sid}/reset", json={"seed": -1}),
-                                        422, "invalid_request")
+        assert "non-negative" in _error(
+            c.post(f"/sessions/{sid}/reset", json={"seed": -1}), 422, "invalid_request"
+        )
         _error(c.post(f"/sessions/{sid}/reset", json={"options": [1]}), 422, "invalid_request")
         assert "unknown reset option" in _error(
-            c.post(f"/sessions/{sid}/reset", json={"options": {"level": 1}}), 400,
-            "invalid_argument")
+            c.post(f"/sessions/{sid}/reset", json={"options": {"level": 1}}), 400, "invalid_argument"
+        )
         assert c.post(f"/sessions/{sid}/reset", json={"seed": 1}).status_code == 200
         _error(c.post(f"/sessions/{sid}/step", json={}), 422, "invalid_request")
         _error(c.post(f"/sessions/{sid}/step", json={"action": 3}), 422, "invalid_request")
         huge = b'{"action": "' + b"x" * (2 << 20) + b'"}'
         _error(c.post(f"/sessions/{sid}/step", content=huge), 413, "body_too_large")
-        chunks = iter([huge[i:i + 65536] for i in range(0, len(huge), 65536)])
+        chunks = iter([huge[i : i + 65536] for i in range(0, len(huge), 65536)])
         _error(c.post(f"/sessions/{sid}/step", content=chunks), 413, "body_too_large")  # chunked
 
         # ... and the session and the server work as before.
@@ -345,20 +347,45 @@ def test_infos_are_made_json_safe(server):
         env.close()
     assert (obs, reward, terminated, truncated) == ("echo numpy", 0.25, False, False)
     assert {k: v for k, v in info.items() if k not in ("object", "nan")} == {
-        "action_valid": True, "success": False, "int": 3, "float": 0.5, "bool": True,
-        "array": [[0, 1], [2, 3]], "tuple": [1, "a"], "set": [1, 2, 3], "bytes": "hi",
-        "tuple_key": {"(0, 1)": "x"}}
+        "action_valid": True,
+        "success": False,
+        "int": 3,
+        "float": 0.5,
+        "bool": True,
+        "array": [[0, 1], [2, 3]],
+        "tuple": [1, "a"],
+        "set": [1, 2, 3],
+        "bytes": "hi",
+        "tuple_key": {"(0, 1)": "x"},
+    }
     assert info["object"].startswith("<object object at") and np.isnan(info["nan"])
 
 
 def test_jsonsafe_rules():
     cycle: list[Any] = [1]
     cycle.append(cycle)
-    value = {"i": np.int32(2), "a": np.array([1.5]), "s": frozenset({"b", "a"}), "c": cycle,
-             np.int64(7): "numpy key", ("t",): "tuple key", "u": "\ud800 ü", "b": b"\xff",
-             "f": float("inf")}
-    expected = {"i": 2, "a": [1.5], "s": ["a", "b"], "c": [1, "<cycle>"], 7: "numpy key",
-                "('t',)": "tuple key", "u": "\ud800 ü", "b": "\ufffd", "f": float("inf")}
+    value = {
+        "i": np.int32(2),
+        "a": np.array([1.5]),
+        "s": frozenset({"b", "a"}),
+        "c": cycle,
+        np.int64(7): "numpy key",
+        ("t",): "tuple key",
+        "u": "\ud800 ü",
+        "b": b"\xff",
+        "f": float("inf"),
+    }
+    expected = {
+        "i": 2,
+        "a": [1.5],
+        "s": ["a", "b"],
+        "c": [1, "<cycle>"],
+        7: "numpy key",
+        "('t',)": "tuple key",
+        "u": "\ud800 ü",
+        "b": "\ufffd",
+        "f": float("inf"),
+    }
     assert to_jsonable(value) == expected
     assert json.loads(dumps(value)) == {str(k): v for k, v in expected.items()}
     assert dumps({"x": (1, 2)}) == b'{"x":[1,2]}'
@@ -403,8 +430,7 @@ def test_abandoned_sessions_are_reaped_and_memory_returns(start_server):
     server = start_server(idle_timeout_s=6.0)
     with httpx.Client(base_url=server.url, trust_env=False) as c:
         # This server does not take entry points.
-        _error(c.post("/sessions", json={"env_id": "probe_env:ProbeEnv"}), 403,
-               "env_not_allowed")
+        _error(c.post("/sessions", json={"env_id": "probe_env:ProbeEnv"}), 403, "env_not_allowed")
         for session_id in asyncio.run(_open_sessions(server.url, 50)):  # warm-up
             c.delete(f"/sessions/{session_id}")
     baseline = _rss_mb(server.pid)
@@ -417,8 +443,10 @@ def test_abandoned_sessions_are_reaped_and_memory_returns(start_server):
     _wait_until(lambda: _health(server)["sessions"] == 0, 30)
     health = _health(server)
     after = _rss_mb(server.pid)
-    print(f"\nRSS: baseline {baseline:.1f} MB, {peak_sessions} sessions open {peak_rss:.1f} MB, "
-          f"all reaped {after:.1f} MB")
+    print(
+        f"\nRSS: baseline {baseline:.1f} MB, {peak_sessions} sessions open {peak_rss:.1f} MB, "
+        f"all reaped {after:.1f} MB"
+    )
     assert peak_sessions + peak["reaped"] == 1000 and peak_sessions > 0
     assert health["reaped"] == 1000 and health["closed_envs"] == 1050
     # Python's allocator keeps some freed memory (about 14 of the 36 MB here); a leak keeps all.
@@ -444,6 +472,7 @@ def test_killed_server_is_reported_quickly(start_server):
     async def astep() -> None:
         with pytest.raises(EnvServerUnavailable, match="is gone"):
             await env.astep("up")
+
     asyncio.run(astep())
     env.close()  # tolerant of the server being gone
     env.close()
@@ -460,6 +489,7 @@ def test_killed_server_mid_request_is_reported(start_server):
         server.kill()
         with pytest.raises(EnvServerUnavailable, match="is gone"):
             await asyncio.wait_for(step, 5)
+
     asyncio.run(step_while_killed())
     env.close()
 
@@ -467,14 +497,17 @@ def test_killed_server_mid_request_is_reported(start_server):
 def test_sigterm_closes_every_env(start_server, tmp_path):
     log = tmp_path / "closed.txt"
     server = start_server(allow_entry_points=True, env=FIXTURE_ENV)
-    envs = [RemoteEnv(server.url, f"probe_env:{cls}", {"close_log": str(log)})
-            for cls in ["ProbeEnv"] * 4 + ["ThreadedProbeEnv"] * 2]
+    envs = [
+        RemoteEnv(server.url, f"probe_env:{cls}", {"close_log": str(log)})
+        for cls in ["ProbeEnv"] * 4 + ["ThreadedProbeEnv"] * 2
+    ]
     for env in envs:
         env.reset(seed=0)
         env.step("x")
     assert server.stop() == -signal.SIGTERM
     assert sorted(log.read_text().splitlines()) == (
-        ["ProbeEnv closed after 1 steps"] * 4 + ["ThreadedProbeEnv closed after 1 steps"] * 2)
+        ["ProbeEnv closed after 1 steps"] * 4 + ["ThreadedProbeEnv closed after 1 steps"] * 2
+    )
     for env in envs:
         env.close()
 
@@ -495,8 +528,11 @@ def _parallel_trajectory(env: Any, seed: int) -> list[Any]:
 
 
 def test_parallel_env_through_server_equals_in_process(start_server):
-    server = start_server(command_prefix=[sys.executable, str(FIXTURES / "register_and_serve.py")],
-                          env=FIXTURE_ENV, allowed_kwargs=["max_cycles"])  # no manifest declares it
+    server = start_server(
+        command_prefix=[sys.executable, str(FIXTURES / "register_and_serve.py")],
+        env=FIXTURE_ENV,
+        allowed_kwargs=["max_cycles"],
+    )  # no manifest declares it
     env_id = "test/Counter-parallel-v0"
     remote = RemoteParallelEnv(server.url, env_id, {"max_cycles": 6})
     try:
@@ -516,6 +552,7 @@ def test_parallel_env_through_server_equals_in_process(start_server):
         step = await env.astep({agent: "a" for agent in env.agents})
         await env.aclose()
         return [observations, step[0], step[1]]
+
     local = CounterParallelEnv(max_cycles=6)
     observations, _ = local.reset(seed=0)
     assert asyncio.run(async_run()) == [observations, *local.step({"alice": "a", "bob": "a"})[:2]]
@@ -525,12 +562,14 @@ def test_parallel_env_through_server_equals_in_process(start_server):
     with pytest.raises(UnknownRemoteEnv, match="ask for kind 'single'"):
         RemoteParallelEnv(server.url, SOKOBAN)
     with httpx.Client(base_url=server.url, trust_env=False) as c:
-        assert {"id": env_id, "kind": "parallel", "family": "misc",
-                "description": ""} in c.get("/envs").json()["envs"]
+        assert {"id": env_id, "kind": "parallel", "family": "misc", "description": ""} in c.get(
+            "/envs"
+        ).json()["envs"]
         sid = c.post("/sessions", json={"env_id": env_id}).json()["session_id"]
         c.post(f"/sessions/{sid}/reset", json={"seed": 0})
-        assert "carol" in _error(c.post(f"/sessions/{sid}/step",
-                                        json={"actions": {"carol": "a"}}), 422, "invalid_request")
+        assert "carol" in _error(
+            c.post(f"/sessions/{sid}/step", json={"actions": {"carol": "a"}}), 422, "invalid_request"
+        )
         _error(c.post(f"/sessions/{sid}/step", json={"action": "a"}), 422, "invalid_request")
 
 
@@ -541,8 +580,21 @@ def test_cli_serve_writes_ready_file_and_starts_fast(tmp_path):
     ready = tmp_path / "ready.json"
     start = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "agentgym.cli", "serve", "--port", "0", "--ready-file", str(ready),
-         "--max-sessions", "7"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "agentgym.cli",
+            "serve",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--max-sessions",
+            "7",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         while not ready.exists():
             assert process.poll() is None, process.stdout.read() if process.stdout else ""
@@ -573,6 +625,8 @@ def test_unix_socket_server(start_server):
 
 
 def test_server_that_cannot_start_reports_why(start_server):
-    with pytest.raises(RuntimeError, match="(?s)exited with status 1 before serving.*"
-                                          "max_sessions and max_body_bytes must be >= 1"):
+    with pytest.raises(
+        RuntimeError,
+        match="(?s)exited with status 1 before serving.*max_sessions and max_body_bytes must be >= 1",
+    ):
         start_server(max_sessions=0)

@@ -29,6 +29,7 @@ FIXTURES = TESTS / "fixtures"
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This process's xdist worker id (``gw0``, ...), ``None`` when the suite runs in one process."""
 
+
 def unavailable(reason: str) -> NoReturn:
     """Skip a test whose system dependency (Docker, bubblewrap, Chromium) is missing; under CI
     (``$CI`` set), where everything must run, fail it instead."""
@@ -37,12 +38,19 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def run_python(code: str, *, env: dict[str, str] | None = None, timeout: float = 120,
-               check: bool = True, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str,
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    check: bool = True,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a fresh interpreter of this venv; return the finished process."""
     full_env = {**os.environ, **(env or {})}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=full_env, timeout=timeout, cwd=cwd)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stderr}")
     return proc

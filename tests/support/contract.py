@@ -14,8 +14,15 @@ import agentgym
 
 from support import run_python
 
-BAD_ACTIONS = ["", "   ", "x" * 100_000, "\x00\xff\ufffd\x1b[2J", "🦜 ünïcødé 漢字", "<action>up</action>",
-               "\n".join(["up"] * 1000)]
+BAD_ACTIONS = [
+    "",
+    "   ",
+    "x" * 100_000,
+    "\x00\xff\ufffd\x1b[2J",
+    "🦜 ünïcødé 漢字",
+    "<action>up</action>",
+    "\n".join(["up"] * 1000),
+]
 
 
 def check_env_contract(env_id, seed):

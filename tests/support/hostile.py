@@ -8,10 +8,27 @@ from typing import Any
 
 NUL, SURROGATE = "\x00", "\ud800"
 HOSTILE = [
-    "", NUL, SURROGATE, "\udfff\ud800x", "\x1b[2J\x07\x08\r", "\u202e\ufeff\u200b", "x" * 10_000_000,
-    "[" * 100_000, "{" * 100_000, '{"a":' * 50_000, "(" * 100_000, "<action>" * 10_000,
-    "../../../../etc/shadow", "/etc/shadow", "~/.ssh/id_rsa", "a" * 5_000, "a/" * 3_000,
-    "\n".join(["up"] * 10_000), "%s%n%x" * 100, "'; DROP TABLE x; --", "$(id)`id`",
+    "",
+    NUL,
+    SURROGATE,
+    "\udfff\ud800x",
+    "\x1b[2J\x07\x08\r",
+    "\u202e\ufeff\u200b",
+    "x" * 10_000_000,
+    "[" * 100_000,
+    "{" * 100_000,
+    '{"a":' * 50_000,
+    "(" * 100_000,
+    "<action>" * 10_000,
+    "../../../../etc/shadow",
+    "/etc/shadow",
+    "~/.ssh/id_rsa",
+    "a" * 5_000,
+    "a/" * 3_000,
+    "\n".join(["up"] * 10_000),
+    "%s%n%x" * 100,
+    "'; DROP TABLE x; --",
+    "$(id)`id`",
 ]
 
 
@@ -37,6 +54,6 @@ TOOLUSE_BREAKS = [
     "<tool_call>" + "[" * 100_000 + "</tool_call>",
     tool_call("add_contact", name=NUL * 10, email="x" * 1_000_000),
     tool_call("bash", command="ln -s /nonexistent/dir/file dangling"),
-    tool_call("write_file", path="dangling", content="x"),     # through a dangling symlink
+    tool_call("write_file", path="dangling", content="x"),  # through a dangling symlink
     tool_call("read_file", path="dangling"),
 ]

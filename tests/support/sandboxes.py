@@ -185,8 +185,14 @@ def run_and_crash(code: str, timeout: float = 120) -> str:
     """Run ``code`` in a fresh interpreter that then SIGKILLs itself (no cleanup at all);
     returns what it printed."""
     program = code + "\nimport os, signal, sys\nsys.stdout.flush()\nos.kill(os.getpid(), signal.SIGKILL)\n"
-    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
+    )
     assert proc.returncode == -9, proc.stderr
     return proc.stdout
 
@@ -217,8 +223,11 @@ def _cgroups(with_dead_owners: bool) -> set[str]:
     for controller, parent in parents.items():
         for group in parent.iterdir() if parent.is_dir() else ():
             owner = Owner.from_tag(group.name)
-            if group.is_dir() and owner is not None and (
-                    owner.pid in mine or (with_dead_owners and not owner_alive(owner))):
+            if (
+                group.is_dir()
+                and owner is not None
+                and (owner.pid in mine or (with_dead_owners and not owner_alive(owner)))
+            ):
                 found.add(f"{controller}/{group.name}")
     return found
 
@@ -245,8 +254,11 @@ def _containers() -> set[str]:
         client = docker_client()
     except Exception:
         return set()
-    return {c["Id"] for c in client.api.containers(all=True, filters={"label": "agentgym.sandbox=1"})
-            if _ours((c.get("Labels") or {}).get("agentgym.hostdir", ""))}
+    return {
+        c["Id"]
+        for c in client.api.containers(all=True, filters={"label": "agentgym.sandbox=1"})
+        if _ours((c.get("Labels") or {}).get("agentgym.hostdir", ""))
+    }
 
 
 def descendants(root: int) -> set[int]:
@@ -268,8 +280,12 @@ def descendants(root: int) -> set[int]:
 
 
 def _snapshot(with_dead_owners: bool) -> dict[str, set]:
-    return {"host dirs": _host_dirs(), "cgroups": _cgroups(with_dead_owners),
-            "processes": _sandbox_processes(), "containers": _containers()}
+    return {
+        "host dirs": _host_dirs(),
+        "cgroups": _cgroups(with_dead_owners),
+        "processes": _sandbox_processes(),
+        "containers": _containers(),
+    }
 
 
 def _leftovers(before: dict[str, set], with_dead_owners: bool) -> dict[str, set]:

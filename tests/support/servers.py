@@ -13,8 +13,7 @@ from agentgym.server.launch import ServerProcess
 
 from support import FIXTURES
 
-FIXTURE_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES),
-                                                           os.environ.get("PYTHONPATH")]))}
+FIXTURE_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES), os.environ.get("PYTHONPATH")]))}
 """The environment of a server that hosts the fixture envs (tests/fixtures)."""
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 MODEL = "smollm2-135m"
 """The embedded model, which the vLLM server serves."""
 CHATS = [
-    [{"role": "system", "content": "You are a helpful agent. Answer with <action>...</action>."},
-     {"role": "user", "content": "You are in a kitchen. There is a fridge and a table."}],
+    [
+        {"role": "system", "content": "You are a helpful agent. Answer with <action>...</action>."},
+        {"role": "user", "content": "You are in a kitchen. There is a fridge and a table."},
+    ],
     [{"role": "user", "content": "Name three colours of the rainbow."}],
 ]

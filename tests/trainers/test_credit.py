@@ -23,10 +23,27 @@ def make_table(spec, valid=None):
     """spec: list of (group, [(reward, state_key), ...]) per episode; outcome = sum of rewards."""
     episodes = []
     for i, (group, turns) in enumerate(spec):
-        ts = [Turn(observation="", action="a", action_valid=True if valid is None else valid[i][j],
-                   reward=r, state_key=k) for j, (r, k) in enumerate(turns)]
-        episodes.append(Episode(episode_id=str(i), env_id="e", task_id="t", group_id=group, seed=0,
-                                turns=ts, outcome=sum(r for r, _ in turns)))
+        ts = [
+            Turn(
+                observation="",
+                action="a",
+                action_valid=True if valid is None else valid[i][j],
+                reward=r,
+                state_key=k,
+            )
+            for j, (r, k) in enumerate(turns)
+        ]
+        episodes.append(
+            Episode(
+                episode_id=str(i),
+                env_id="e",
+                task_id="t",
+                group_id=group,
+                seed=0,
+                turns=ts,
+                outcome=sum(r for r, _ in turns),
+            )
+        )
     return TurnTable.from_episodes(episodes)
 
 
@@ -56,8 +73,9 @@ def test_grpo_and_dr_grpo():
     a2 = np.array([1.0, -1.0]) / (1.0 + 1e-6)
     expected = np.repeat(np.concatenate([a1, a2]), [3, 2, 4, 2, 3])
     np.testing.assert_allclose(grpo(t), expected)
-    np.testing.assert_allclose(grpo(t, norm_std=False),
-                               np.repeat([2 / 3, -1 / 3, -1 / 3, 1, -1], [3, 2, 4, 2, 3]))
+    np.testing.assert_allclose(
+        grpo(t, norm_std=False), np.repeat([2 / 3, -1 / 3, -1 / 3, 1, -1], [3, 2, 4, 2, 3])
+    )
 
 
 def test_rloo():
@@ -88,8 +106,9 @@ def test_reinforce_pp():
     np.testing.assert_allclose(reinforce_pp(t), (returns - returns.mean()) / (returns.std() + 1e-8))
     # baseline: group mean outcome 0.5 subtracted from each episode's last reward first
     centred = np.array([0.5, 0.5, -0.5])
-    np.testing.assert_allclose(reinforce_pp(t, baseline=True),
-                               (centred - centred.mean()) / (centred.std() + 1e-8))
+    np.testing.assert_allclose(
+        reinforce_pp(t, baseline=True), (centred - centred.mean()) / (centred.std() + 1e-8)
+    )
 
 
 def test_gae():
@@ -123,9 +142,10 @@ def test_gigpo_hand_computed():
     # std normalization and omega
     adv_std = gigpo(t, gamma=gamma, omega=2.0)
     g1 = np.array([1.0, 0, 0])
-    ep_std = np.repeat(np.concatenate([(g1 - g1.mean()) / (g1.std() + 1e-6),
-                                       [1 / (1 + 1e-6), -1 / (1 + 1e-6)]]),
-                       [3, 2, 4, 2, 3])
+    ep_std = np.repeat(
+        np.concatenate([(g1 - g1.mean()) / (g1.std() + 1e-6), [1 / (1 + 1e-6), -1 / (1 + 1e-6)]]),
+        [3, 2, 4, 2, 3],
+    )
     step_std = np.zeros(14)
     for rows in ([0, 3, 5], [1, 6, 7], [9, 11, 12]):
         step_std[rows] = (returns[rows] - returns[rows].mean()) / (returns[rows].std() + 1e-6)
@@ -147,8 +167,9 @@ def test_gigpo_equal_text_different_groups_do_not_mix():
 
 def test_gigpo_verl_agent_preset():
     valid = [[True, False, True], [True, True]]
-    t = make_table([("g", [(0.0, "A"), (0.0, "B"), (1.0, "C")]), ("g", [(0.0, "A"), (0.0, "B")])],
-                   valid=valid)
+    t = make_table(
+        [("g", [(0.0, "A"), (0.0, "B"), (1.0, "C")]), ("g", [(0.0, "A"), (0.0, "B")])], valid=valid
+    )
     p, gamma = 0.1, 0.5
     adv = gigpo(t, gamma=gamma, invalid_penalty=p, preset="verl-agent")
     # penalty after discounting, on row score and row return; stats over rows, unbiased std
@@ -178,8 +199,10 @@ def test_gigpo_verl_agent_preset():
 
 
 def test_gigpo_similarity_grouping():
-    spec = [("g", [(0.0, "the kitchen, a mug 1"), (1.0, "Z")]),
-            ("g", [(0.0, "the kitchen, a mug 2"), (0.0, "Y")])]
+    spec = [
+        ("g", [(0.0, "the kitchen, a mug 1"), (1.0, "Z")]),
+        ("g", [(0.0, "the kitchen, a mug 2"), (0.0, "Y")]),
+    ]
     t = make_table(spec)
     exact = gigpo(t, norm="mean", gamma=1.0)
     similar = gigpo(t, norm="mean", gamma=1.0, similarity=0.9)
@@ -199,9 +222,11 @@ def test_permutation_invariance(estimator):
     def run(s, perm_rows, perm_eps):
         t = make_table(s)
         return {
-            "grpo": lambda: grpo(t), "rloo": lambda: rloo(t),
+            "grpo": lambda: grpo(t),
+            "rloo": lambda: rloo(t),
             "reinforce_pp": lambda: reinforce_pp(t, baseline=True),
-            "gigpo": lambda: gigpo(t, gamma=0.9), "gigpo_verl": lambda: gigpo(t, preset="verl-agent"),
+            "gigpo": lambda: gigpo(t, gamma=0.9),
+            "gigpo_verl": lambda: gigpo(t, preset="verl-agent"),
             "igpo": lambda: igpo(t, scores[perm_rows], v0[perm_eps]),
             "spa": lambda: spa(t, contrib[perm_rows], estimator="group"),
         }[estimator]()
@@ -236,21 +261,20 @@ def test_igpo_normalize_then_discount():
     joint = igpo(t, scores, v0, outcome, norm="joint")
     pooled = np.array([1.0, 1.0, 0.0, 0.2])
     pooled_n = (pooled - pooled.mean()) / (pooled.std() + 1e-6)
-    np.testing.assert_allclose(joint, [pooled_n[0] + pooled_n[1], pooled_n[1],
-                                       pooled_n[2] + pooled_n[3], pooled_n[3]])
+    np.testing.assert_allclose(
+        joint, [pooled_n[0] + pooled_n[1], pooled_n[1], pooled_n[2] + pooled_n[3], pooled_n[3]]
+    )
 
 
 def test_spa():
-    t = make_table([("g", [(0.0, "A"), (1.0, "B")]), ("g", [(0.0, "A")])],
-                   valid=[[True, False], [True]])
+    t = make_table([("g", [(0.0, "A"), (1.0, "B")]), ("g", [(0.0, "A")])], valid=[[True, False], [True]])
     c = np.array([0.2, 0.8, -0.1])
     np.testing.assert_allclose(spa_rewards(t, c), [0.7, 0.8, 0.4])
     adv = spa(t, c, estimator="group", gamma=1.0)
     returns = np.array([1.5, 0.8, 0.4])
     np.testing.assert_allclose(adv, (returns - returns.mean()) / (returns.std() + 1e-6))
     values = np.array([0.1, 0.2, 0.3])
-    np.testing.assert_allclose(spa(t, c, values=values),
-                               gae(t, values, rewards=spa_rewards(t, c))[0])
+    np.testing.assert_allclose(spa(t, c, values=values), gae(t, values, rewards=spa_rewards(t, c))[0])
     with pytest.raises(ValueError, match="needs critic values"):
         spa(t, c)
 

@@ -15,11 +15,25 @@ from agentgym.trainers.info_gain import answer_scores, naive_answer_scores, scor
 
 
 def episode(i: int, turns: int) -> Episode:
-    ts = [Turn(observation=f"Passage {k}: the capital of Veloria is Marn{'e' * k}.",
-               action=f"search {k}", action_valid=True, reward=0.0,
-               response_text=f"<search>capital of Veloria {k}</search>") for k in range(turns)]
-    return Episode(episode_id=str(i), env_id="search", task_id=str(i), group_id="g", seed=0,
-                   instruction=f"Question {i}: what is the capital of Veloria?", turns=ts)
+    ts = [
+        Turn(
+            observation=f"Passage {k}: the capital of Veloria is Marn{'e' * k}.",
+            action=f"search {k}",
+            action_valid=True,
+            reward=0.0,
+            response_text=f"<search>capital of Veloria {k}</search>",
+        )
+        for k in range(turns)
+    ]
+    return Episode(
+        episode_id=str(i),
+        env_id="search",
+        task_id=str(i),
+        group_id="g",
+        seed=0,
+        instruction=f"Question {i}: what is the capital of Veloria?",
+        turns=ts,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +62,7 @@ def test_batched_equals_naive(model_and_tokenizer):
 def test_answer_span_is_the_answer_only(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     prompter = Prompter(family="search")
-    (ids, start, end), = scoring_sequences(tokenizer, prompter, [episode(0, 1)], ["Marne river"])
+    ((ids, start, end),) = scoring_sequences(tokenizer, prompter, [episode(0, 1)], ["Marne river"])
     assert tokenizer.decode(ids[start:end]).strip() == "Marne river"
     assert tokenizer.decode(ids[end:]).strip() == "</answer>"
     with pytest.raises(ValueError, match="one answer per episode"):

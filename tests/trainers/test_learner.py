@@ -39,8 +39,8 @@ def test_logprobs_match_a_plain_forward(tokenizer):
         ids = torch.tensor([row.prompt_ids + row.response_ids])
         with torch.no_grad():
             logits = learner.model(input_ids=ids).logits[0].float()
-        ref = torch.log_softmax(logits, -1)[len(row.prompt_ids) - 1:-1]
-        ref = ref.gather(-1, ids[0, len(row.prompt_ids):, None]).squeeze(-1)
+        ref = torch.log_softmax(logits, -1)[len(row.prompt_ids) - 1 : -1]
+        ref = ref.gather(-1, ids[0, len(row.prompt_ids) :, None]).squeeze(-1)
         np.testing.assert_allclose(lp, ref.tolist(), atol=1e-4)
 
 
@@ -49,14 +49,15 @@ def test_rows_that_share_a_prompt_run_it_once_with_the_same_result(tokenizer):
     copies its keys and values, and gets the log-probs and gradient of whole sequences."""
     learner = Learner(LearnerConfig(lr=1e-4))
     shared = make_rows(tokenizer, 2)
-    rows = [TrainingRow(shared[i % 2].prompt_ids, shared[i % 2].response_ids[: 3 + i], 1.0, [])
-            for i in range(5)] + [TrainingRow(shared[0].prompt_ids[:1], [5, 6], 1.0, [])]
+    rows = [
+        TrainingRow(shared[i % 2].prompt_ids, shared[i % 2].response_ids[: 3 + i], 1.0, []) for i in range(5)
+    ] + [TrainingRow(shared[0].prompt_ids[:1], [5, 6], 1.0, [])]
     assert learner_batches(rows, 10_000) == [[1, 3, 0, 2, 4], [5]]  # a one-token prompt goes apart
 
     def plain(row):
         ids = torch.tensor([row.prompt_ids + row.response_ids])
         logp = torch.log_softmax(learner.model(input_ids=ids).logits[0].float(), -1)
-        return logp[len(row.prompt_ids) - 1:-1].gather(-1, ids[0, len(row.prompt_ids):, None])
+        return logp[len(row.prompt_ids) - 1 : -1].gather(-1, ids[0, len(row.prompt_ids) :, None])
 
     def gradient(total):
         learner.model.zero_grad(set_to_none=True)
@@ -124,13 +125,18 @@ def test_value_head_learns_the_value_targets(tokenizer):
 
 @pytest.mark.parametrize("lora_rank, value_head", [(0, False), (4, False), (4, True)])
 def test_resume_is_bitwise_exact(tokenizer, tmp_path, lora_rank, value_head):
-    config = LearnerConfig(lr=1e-4, lora_rank=lora_rank, warmup_steps=3, mini_batches=2,
-                           value_head=value_head)
+    config = LearnerConfig(
+        lr=1e-4, lora_rank=lora_rank, warmup_steps=3, mini_batches=2, value_head=value_head
+    )
     # Three updates of two rows (one per mini-batch), saved after the first: the resumed run
     # must pick up the optimizer's moments and the warm-up schedule mid-way.
-    batches = [with_value_targets(
-        make_rows(tokenizer, 2, advantages=list(np.random.default_rng(k).normal(size=2))),
-        np.random.default_rng(k + 10).normal(size=2)) for k in range(3)]
+    batches = [
+        with_value_targets(
+            make_rows(tokenizer, 2, advantages=list(np.random.default_rng(k).normal(size=2))),
+            np.random.default_rng(k + 10).normal(size=2),
+        )
+        for k in range(3)
+    ]
     straight = Learner(config)
     for k, batch in enumerate(batches):
         straight.update(batch)
@@ -148,8 +154,15 @@ def test_resume_is_bitwise_exact(tokenizer, tmp_path, lora_rank, value_head):
 def test_bad_input(tokenizer):
     learner = Learner(LearnerConfig(lora_rank=4))
     assert learner.update([]) == {"skipped_empty_batch": 1.0}
-    turn = Turn(observation="", action="", action_valid=True, reward=0.0, prompt_ids=[1, 2],
-                response_ids=[3], response_logprobs=[-1.0])
+    turn = Turn(
+        observation="",
+        action="",
+        action_valid=True,
+        reward=0.0,
+        prompt_ids=[1, 2],
+        response_ids=[3],
+        response_logprobs=[-1.0],
+    )
     episodes = [Episode(episode_id="e", env_id="x", task_id="t", group_id="g", seed=0, turns=[turn])]
     with pytest.raises(ValueError, match="NaN"):
         rows_from_episodes(episodes, np.array([np.nan]))

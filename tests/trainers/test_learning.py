@@ -22,10 +22,23 @@ from agentgym.trainers.loop import TrainConfig, train
 # About 8 minutes for both on 2 idle cores; part of CI, where they share the cores with other tests.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-README_RUN = ["env=agentgym/GuessNumber-v0", "prompt=guess_number", "steps=4", "tasks_per_step=4",
-              "group_size=8", "max_turns=4", "sampling.max_tokens=6", "learner.lora_rank=16",
-              "learner.lora_alpha=32", "learner.lr=2e-4", "learner.micro_batch_tokens=2048",
-              "eval_every=4", "eval_tasks=128", "eval_temperature=1.0", "progress=false"]
+README_RUN = [
+    "env=agentgym/GuessNumber-v0",
+    "prompt=guess_number",
+    "steps=4",
+    "tasks_per_step=4",
+    "group_size=8",
+    "max_turns=4",
+    "sampling.max_tokens=6",
+    "learner.lora_rank=16",
+    "learner.lora_alpha=32",
+    "learner.lr=2e-4",
+    "learner.micro_batch_tokens=2048",
+    "eval_every=4",
+    "eval_tasks=128",
+    "eval_temperature=1.0",
+    "progress=false",
+]
 
 
 @pytest.fixture(scope="module")

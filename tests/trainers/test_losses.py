@@ -11,19 +11,23 @@ from agentgym.trainers.losses import aggregate, kl_penalty, policy_loss, value_l
 
 
 def one(logp_new: float, logp_old: float, adv: float, **kw) -> float:
-    out = policy_loss(torch.tensor([[logp_new]]), torch.tensor([[logp_old]]), torch.tensor([[adv]]),
-                      torch.ones(1, 1), **kw)
+    out = policy_loss(
+        torch.tensor([[logp_new]]), torch.tensor([[logp_old]]), torch.tensor([[adv]]), torch.ones(1, 1), **kw
+    )
     return out.loss.item()
 
 
-@pytest.mark.parametrize("ratio,adv,expected", [
-    (1.1, 1.0, -1.1),            # inside the trust region
-    (1.5, 1.0, -1.2),            # A > 0, ratio above 1 + eps: clipped
-    (0.5, 1.0, -0.5),            # A > 0, ratio below 1 - eps: unclipped (max picks it)
-    (0.5, -1.0, 0.8),            # A < 0, ratio below 1 - eps: clipped at 0.8
-    (2.0, -1.0, 2.0),            # A < 0, ratio above 1 + eps: unclipped 2.0 (below dual cap 3)
-    (5.0, -1.0, 3.0),            # A < 0, ratio 5: dual-clip caps the loss at c |A| = 3
-])
+@pytest.mark.parametrize(
+    "ratio,adv,expected",
+    [
+        (1.1, 1.0, -1.1),  # inside the trust region
+        (1.5, 1.0, -1.2),  # A > 0, ratio above 1 + eps: clipped
+        (0.5, 1.0, -0.5),  # A > 0, ratio below 1 - eps: unclipped (max picks it)
+        (0.5, -1.0, 0.8),  # A < 0, ratio below 1 - eps: clipped at 0.8
+        (2.0, -1.0, 2.0),  # A < 0, ratio above 1 + eps: unclipped 2.0 (below dual cap 3)
+        (5.0, -1.0, 3.0),  # A < 0, ratio 5: dual-clip caps the loss at c |A| = 3
+    ],
+)
 def test_ppo_clip_branches(ratio, adv, expected):
     assert one(math.log(ratio), 0.0, adv) == pytest.approx(expected, rel=1e-6)
 
@@ -60,7 +64,7 @@ def test_kl_estimators():
     logp, ref = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
     d = logp - ref
     torch.testing.assert_close(kl_penalty(logp, ref, "k1"), d)
-    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d ** 2)
+    torch.testing.assert_close(kl_penalty(logp, ref, "k2"), 0.5 * d**2)
     torch.testing.assert_close(kl_penalty(logp, ref, "k3"), torch.exp(ref - logp) - (ref - logp) - 1)
     assert kl_penalty(torch.tensor([0.0]), torch.tensor([50.0]), "low_var_kl").item() == 10.0
     with pytest.raises(ValueError, match="unknown KL estimator"):
@@ -79,11 +83,16 @@ def test_kl_and_entropy_terms():
 
 
 def test_value_loss():
-    v, old, ret, mask = (torch.tensor([[1.0, 0.0]]), torch.tensor([[0.5, 0.0]]),
-                         torch.tensor([[0.0, 2.0]]), torch.tensor([[1, 1]]))
+    v, old, ret, mask = (
+        torch.tensor([[1.0, 0.0]]),
+        torch.tensor([[0.5, 0.0]]),
+        torch.tensor([[0.0, 2.0]]),
+        torch.tensor([[1, 1]]),
+    )
     # position 0: (1-0)^2 = 1 vs clipped 0.5+0.2=0.7 -> 0.49: max 1; position 1: 4 vs 4
     assert value_loss(v, old, ret, mask).item() == pytest.approx(0.5 * (1 + 4) / 2)
     assert value_loss(v, old, ret, mask, clip=None).item() == pytest.approx(0.5 * 2.5)
     # the clipped branch is larger: V jumped straight to the return, beyond the clip range
-    assert value_loss(torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]),
-                      torch.tensor([[1]])).item() == pytest.approx(0.5 * (0.2 - 2.0) ** 2)
+    assert value_loss(
+        torch.tensor([[2.0]]), torch.tensor([[0.0]]), torch.tensor([[2.0]]), torch.tensor([[1]])
+    ).item() == pytest.approx(0.5 * (0.2 - 2.0) ** 2)

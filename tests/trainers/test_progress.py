@@ -23,8 +23,17 @@ def synthetic(num_episodes=60, dim=8, seed=0):
         x = rng.normal(size=(n, dim))
         feats.append(x)
         turns = [Turn(observation="", action="", action_valid=True, reward=0.0) for _ in range(n)]
-        episodes.append(Episode(episode_id=str(i), env_id="e", task_id="t", group_id=str(i % 6),
-                                seed=0, turns=turns, outcome=float((x @ w).sum())))
+        episodes.append(
+            Episode(
+                episode_id=str(i),
+                env_id="e",
+                task_id="t",
+                group_id=str(i % 6),
+                seed=0,
+                turns=turns,
+                outcome=float((x @ w).sum()),
+            )
+        )
     return TurnTable.from_episodes(episodes), np.concatenate(feats), w
 
 
@@ -59,8 +68,17 @@ def test_fit_is_deterministic_and_checks_input():
 
 def test_turn_features_from_the_backbone():
     model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m"), dtype=torch.float32)
-    turns = [Turn(observation="", action="", action_valid=True, reward=0.0,
-                  prompt_ids=list(range(1, 1 + n)), response_ids=[200, 201]) for n in (5, 17, 9)]
+    turns = [
+        Turn(
+            observation="",
+            action="",
+            action_valid=True,
+            reward=0.0,
+            prompt_ids=list(range(1, 1 + n)),
+            response_ids=[200, 201],
+        )
+        for n in (5, 17, 9)
+    ]
     ep = Episode(episode_id="e", env_id="e", task_id="t", group_id="g", seed=0, turns=turns)
     batched = turn_features(model, [ep], token_budget=40)  # several chunks
     for row, turn in enumerate(turns):

@@ -17,9 +17,10 @@ PROMPT = FamilyPrompt(
     "You operate desktop applications to do what the task asks. Each turn you see the "
     "accessibility tree of the open windows: numbered elements with role, name, states, "
     "screen box @(x,y wxh) and text. Act with click(id) or click(x, y), double_click, "
-    "right_click, drag(x1, y1, x2, y2), type(\"text\"), key(\"ctrl+s\"), scroll(dx, dy) "
+    'right_click, drag(x1, y1, x2, y2), type("text"), key("ctrl+s"), scroll(dx, dy) '
     "or wait(); when the task is finished (files saved), done().",
-    example="click(7)")
+    example="click(7)",
+)
 
 
 def register() -> None:
@@ -29,17 +30,36 @@ def register() -> None:
         "agentgym.envs.gui.env:DesktopEnv",
         manifest=EnvManifest(
             description="Mousepad, galculator, LibreOffice Calc and Thunar on an X desktop, "
-                        "through AT-SPI accessibility trees",
+            "through AT-SPI accessibility trees",
             family="gui",
             prompt=PROMPT,
             extras=("gui",),
             # X server, buses, window manager, xdotool, Debian's Python with the Atspi and Gdk
             # typelibs for the driver, and the applications
-            system_packages=("xvfb", "openbox", "dbus", "at-spi2-core", "python3-gi",
-                             "gir1.2-atspi-2.0", "gir1.2-gtk-3.0", "xdotool", "mousepad",
-                             "galculator", "thunar", "libreoffice-calc", "libreoffice-gtk3",
-                             "fonts-dejavu-core"),
-            client_kwargs={"tasks": None, "split": None, "max_turns": 100, "screenshot": None,
-                           "settle_s": 2, "width": 1920, "height": 1200},
+            system_packages=(
+                "xvfb",
+                "openbox",
+                "dbus",
+                "at-spi2-core",
+                "python3-gi",
+                "gir1.2-atspi-2.0",
+                "gir1.2-gtk-3.0",
+                "xdotool",
+                "mousepad",
+                "galculator",
+                "thunar",
+                "libreoffice-calc",
+                "libreoffice-gtk3",
+                "fonts-dejavu-core",
+            ),
+            client_kwargs={
+                "tasks": None,
+                "split": None,
+                "max_turns": 100,
+                "screenshot": None,
+                "settle_s": 2,
+                "width": 1920,
+                "height": 1200,
+            },
         ),
     )

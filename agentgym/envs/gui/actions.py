@@ -45,15 +45,18 @@ MODIFIERS = frozenset(("ctrl", "control", "shift", "alt", "super", "meta"))
 _KEY = re.compile(r"^[A-Za-z0-9_]+$")
 #: xdotool's command names: ``xdotool key`` stops at the first argument that names a command
 #: (in any case) and runs the rest as that command, so no key part may be one of them.
-XDOTOOL_COMMANDS = frozenset((
-    "getactivewindow getwindowfocus getwindowname getwindowclassname getwindowpid "
-    "getwindowgeometry getdisplaygeometry search selectwindow help version behave "
-    "behave_screen_edge click getmouselocation key keydown keyup mousedown mousemove "
-    "mousemove_relative mouseup set_window type windowactivate windowfocus windowkill "
-    "windowclose windowquit windowmap windowminimize windowmove windowraise windowreparent "
-    "windowsize windowstate windowunmap set_num_desktops get_num_desktops set_desktop "
-    "get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport "
-    "set_desktop_viewport exec sleep").split())
+XDOTOOL_COMMANDS = frozenset(
+    (
+        "getactivewindow getwindowfocus getwindowname getwindowclassname getwindowpid "
+        "getwindowgeometry getdisplaygeometry search selectwindow help version behave "
+        "behave_screen_edge click getmouselocation key keydown keyup mousedown mousemove "
+        "mousemove_relative mouseup set_window type windowactivate windowfocus windowkill "
+        "windowclose windowquit windowmap windowminimize windowmove windowraise windowreparent "
+        "windowsize windowstate windowunmap set_num_desktops get_num_desktops set_desktop "
+        "get_desktop set_desktop_for_window get_desktop_for_window get_desktop_viewport "
+        "set_desktop_viewport exec sleep"
+    ).split()
+)
 
 
 #: What ``type``/``key`` refuse: control characters but newline and tab, lone surrogates.
@@ -76,14 +79,16 @@ def parse_action(text: str) -> Action:
     if not source:
         raise ActionError("empty action")
     if len(source) > MAX_ACTION_CHARS:
-        raise ActionError(f"an action of {len(source)} characters; at most {MAX_ACTION_CHARS} "
-                          f"(and type() takes at most {MAX_TYPE_CHARS} characters of text)")
+        raise ActionError(
+            f"an action of {len(source)} characters; at most {MAX_ACTION_CHARS} "
+            f"(and type() takes at most {MAX_TYPE_CHARS} characters of text)"
+        )
     try:
         tree = ast.parse(source, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}") from exc
+        raise ActionError(f'not a call like click(3) or type("text"): {source[:80]!r}') from exc
     if not isinstance(tree, ast.Call) or not isinstance(tree.func, ast.Name) or tree.keywords:
-        raise ActionError(f"not a call like click(3) or type(\"text\"): {source[:80]!r}")
+        raise ActionError(f'not a call like click(3) or type("text"): {source[:80]!r}')
     verb = tree.func.id
     if verb not in ACTIONS:
         raise ActionError(f"unknown action {verb!r}; actions: {', '.join(ACTIONS)}")
@@ -105,8 +110,10 @@ def parse_action(text: str) -> Action:
     if verb == "type" and len(args[0]) > MAX_TYPE_CHARS:
         raise ActionError(f"type: text of {len(args[0])} characters; at most {MAX_TYPE_CHARS}")
     if verb in ("type", "key") and (bad := _UNTYPABLE.search(args[0])):
-        raise ActionError(f"{verb}: {bad.group()!r} cannot be typed (control characters other "
-                          "than newline and tab, and lone surrogates, have no key)")
+        raise ActionError(
+            f"{verb}: {bad.group()!r} cannot be typed (control characters other "
+            "than newline and tab, and lone surrogates, have no key)"
+        )
     if verb == "key":
         _check_keys(args[0])
     return Action(verb, args)
@@ -120,8 +127,9 @@ def _check_keys(keys: str) -> None:
         raise ActionError(f"key: {len(combos)} keys; at most {MAX_KEY_COMBOS} in one action")
     for combo in combos:
         parts = combo.split("+")
-        if not all(_KEY.match(p) and p.lower() not in XDOTOOL_COMMANDS for p in parts) \
-                or not all(p.lower() in MODIFIERS for p in parts[:-1]):
+        if not all(_KEY.match(p) and p.lower() not in XDOTOOL_COMMANDS for p in parts) or not all(
+            p.lower() in MODIFIERS for p in parts[:-1]
+        ):
             raise ActionError(f"key: {combo!r} is not a key name like Return, F2 or ctrl+shift+s")
 
 
@@ -134,25 +142,53 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
         assert point is not None
         x, y = point
         # xdotool waits --delay (default 100 ms) after a click even when there is no next one
-        click = {"click": ["click", "--delay", "0", "1"],
-                 "double_click": ["click", "--repeat", "2", "--delay", "80", "1"],
-                 "right_click": ["click", "--delay", "0", "3"]}[verb]
+        click = {
+            "click": ["click", "--delay", "0", "1"],
+            "double_click": ["click", "--repeat", "2", "--delay", "80", "1"],
+            "right_click": ["click", "--delay", "0", "3"],
+        }[verb]
         return [["mousemove", str(x), str(y), *click]]
     if verb == "drag":
         x1, y1, x2, y2 = (str(v) for v in args)
-        return [["mousemove", x1, y1, "mousedown", "1", "sleep", "0.05",
-                 "mousemove", str((int(x1) + int(x2)) // 2), str((int(y1) + int(y2)) // 2),
-                 "sleep", "0.05", "mousemove", x2, y2, "sleep", "0.05", "mouseup", "1"]]
+        return [
+            [
+                "mousemove",
+                x1,
+                y1,
+                "mousedown",
+                "1",
+                "sleep",
+                "0.05",
+                "mousemove",
+                str((int(x1) + int(x2)) // 2),
+                str((int(y1) + int(y2)) // 2),
+                "sleep",
+                "0.05",
+                "mousemove",
+                x2,
+                y2,
+                "sleep",
+                "0.05",
+                "mouseup",
+                "1",
+            ]
+        ]
     if verb == "type":
         commands: list[list[str]] = []
         for i, line in enumerate(args[0].split("\n")):
-            if i and commands and commands[-1][:2] == ["key", "--repeat"] \
-                    and int(commands[-1][2]) < TYPE_CHUNK:  # one xdotool for a run of Returns
+            if (
+                i
+                and commands
+                and commands[-1][:2] == ["key", "--repeat"]
+                and int(commands[-1][2]) < TYPE_CHUNK
+            ):  # one xdotool for a run of Returns
                 commands[-1][2] = str(int(commands[-1][2]) + 1)
             elif i:
                 commands.append(["key", "--repeat", "1", "--delay", "8", "Return"])
-            commands += [["type", "--delay", "8", "--", line[k:k + TYPE_CHUNK]]
-                         for k in range(0, len(line), TYPE_CHUNK)]
+            commands += [
+                ["type", "--delay", "8", "--", line[k : k + TYPE_CHUNK]]
+                for k in range(0, len(line), TYPE_CHUNK)
+            ]
         return commands
     if verb == "key":
         combos = args[0].split()
@@ -161,10 +197,12 @@ def xdotool_commands(action: Action, point: tuple[int, int] | None) -> list[list
         dx, dy = args
         commands = []
         if dy:
-            commands.append(["click", "--repeat", str(min(abs(dy), 50)), "--delay", "10",
-                             "5" if dy > 0 else "4"])
+            commands.append(
+                ["click", "--repeat", str(min(abs(dy), 50)), "--delay", "10", "5" if dy > 0 else "4"]
+            )
         if dx:
-            commands.append(["click", "--repeat", str(min(abs(dx), 50)), "--delay", "10",
-                             "7" if dx > 0 else "6"])
+            commands.append(
+                ["click", "--repeat", str(min(abs(dx), 50)), "--delay", "10", "7" if dx > 0 else "6"]
+            )
         return commands
     return []

@@ -53,11 +53,20 @@ def desktop_available() -> str | None:
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
     if missing:
         return f"missing programs: {', '.join(missing)}"
-    probe = subprocess.run([SYSTEM_PYTHON, "-c", "import gi; gi.require_version('Atspi', '2.0'); "
-                            "gi.require_version('Gdk', '3.0')"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [
+            SYSTEM_PYTHON,
+            "-c",
+            "import gi; gi.require_version('Atspi', '2.0'); gi.require_version('Gdk', '3.0')",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if probe.returncode != 0:
-        return (f"{SYSTEM_PYTHON} has no gi with Atspi 2.0 and Gdk 3.0 (Debian packages "
-                "python3-gi, gir1.2-atspi-2.0, gir1.2-gtk-3.0)")
+        return (
+            f"{SYSTEM_PYTHON} has no gi with Atspi 2.0 and Gdk 3.0 (Debian packages "
+            "python3-gi, gir1.2-atspi-2.0, gir1.2-gtk-3.0)"
+        )
     return None
 
 
@@ -91,18 +100,28 @@ class Desktop:
         try:
             self.root.chmod(0o755)
             self.reset_home({})
-            self._proc = ManagedProcess([*_drop_root(), SYSTEM_PYTHON, "-I", str(DRIVER)],
-                                        name="the desktop's driver",
-                                        log_path=self.root / "driver.log",
-                                        pipe_stdio=True).start()
+            self._proc = ManagedProcess(
+                [*_drop_root(), SYSTEM_PYTHON, "-I", str(DRIVER)],
+                name="the desktop's driver",
+                log_path=self.root / "driver.log",
+                pipe_stdio=True,
+            ).start()
             runtime = self.root / "run"
-            env = {"HOME": str(self.home), "XDG_RUNTIME_DIR": str(runtime),
-                   "XDG_CONFIG_HOME": str(self.home / ".config"),
-                   "XDG_CACHE_HOME": str(self.home / ".cache"),
-                   "XDG_DATA_HOME": str(self.home / ".local/share"),
-                   "GSETTINGS_BACKEND": "keyfile", "GTK_MODULES": "gail:atk-bridge",
-                   "NO_AT_BRIDGE": "0", "SAL_USE_VCLPLUGIN": "gtk3", "GDK_BACKEND": "x11",
-                   "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TMPDIR": str(self.root / "tmp")}
+            env = {
+                "HOME": str(self.home),
+                "XDG_RUNTIME_DIR": str(runtime),
+                "XDG_CONFIG_HOME": str(self.home / ".config"),
+                "XDG_CACHE_HOME": str(self.home / ".cache"),
+                "XDG_DATA_HOME": str(self.home / ".local/share"),
+                "GSETTINGS_BACKEND": "keyfile",
+                "GTK_MODULES": "gail:atk-bridge",
+                "NO_AT_BRIDGE": "0",
+                "SAL_USE_VCLPLUGIN": "gtk3",
+                "GDK_BACKEND": "x11",
+                "LANG": "C.UTF-8",
+                "LC_ALL": "C.UTF-8",
+                "TMPDIR": str(self.root / "tmp"),
+            }
             for folder in (runtime, self.root / "tmp"):
                 folder.mkdir(mode=0o700)
                 _chown(folder)
@@ -115,16 +134,14 @@ class Desktop:
             raise
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self.root)
         try:
-            self.display = self.request("start", width=self.width, height=self.height,
-                                        env=env)["display"]
+            self.display = self.request("start", width=self.width, height=self.height, env=env)["display"]
         except DesktopError:
             self.close()
             raise
         return self
 
     def alive(self) -> bool:
-        return (self._proc is not None and self._proc.process is not None
-                and self._proc.process.poll() is None)
+        return self._proc is not None and self._proc.process is not None and self._proc.process.poll() is None
 
     def request(self, op: str, *, timeout_s: float | None = None, **args: Any) -> dict[str, Any]:
         """Send one operation to the driver and return its answer. A failed operation raises
@@ -146,15 +163,16 @@ class Desktop:
         if not line:
             died = proc.poll() is not None
             self._kill()
-            raise DesktopError(f"the desktop's driver {'died' if died else 'hung'} during {op!r} "
-                               f"({self._log_tail()})", fatal=True)
+            raise DesktopError(
+                f"the desktop's driver {'died' if died else 'hung'} during {op!r} ({self._log_tail()})",
+                fatal=True,
+            )
         try:
             answer = json.loads(line)
             ok = answer.pop("ok")
         except (ValueError, KeyError, AttributeError) as exc:
             self._kill()
-            raise DesktopError(f"the desktop's driver answered {line[:200]!r} to {op!r}",
-                               fatal=True) from exc
+            raise DesktopError(f"the desktop's driver answered {line[:200]!r} to {op!r}", fatal=True) from exc
         if not ok:
             raise DesktopError(f"{op} failed: {answer['error']}")
         return answer
@@ -178,11 +196,18 @@ class Desktop:
             path.write_bytes(data)
         _chown(home, recursive=True)
 
-    def launch(self, argv: list[str], app: str, box: tuple[int, int, int, int] | None = None,
-               timeout_s: float = 60.0) -> None:
+    def launch(
+        self, argv: list[str], app: str, box: tuple[int, int, int, int] | None = None, timeout_s: float = 60.0
+    ) -> None:
         """Start an application and wait until its window shows (then place it at ``box``)."""
-        self.request("launch", argv=argv, app=app, box=list(box) if box else None,
-                     wait_s=timeout_s, timeout_s=timeout_s + 5.0)
+        self.request(
+            "launch",
+            argv=argv,
+            app=app,
+            box=list(box) if box else None,
+            wait_s=timeout_s,
+            timeout_s=timeout_s + 5.0,
+        )
 
     def close_apps(self) -> None:
         self.request("close_apps")
@@ -258,6 +283,4 @@ def _chown(path: Path, *, recursive: bool = False) -> None:
     if recursive:
         for folder, dirs, files in os.walk(path):
             for name in dirs + files:
-                os.chown(os.path.join(folder, name), DESKTOP_UID, DESKTOP_UID,
-                         follow_symlinks=False)
-
+                os.chown(os.path.join(folder, name), DESKTOP_UID, DESKTOP_UID, follow_symlinks=False)

@@ -60,12 +60,40 @@ TABLE_ROWS, TABLE_COLS = 40, 16
 #: Empty cells that end a row's scan, and empty rows that end a table's (see Desktop._cells).
 EMPTY_RUN = 3
 #: Unnamed nodes of these roles only lay out their children: the tree leaves them out.
-STRUCTURAL = frozenset(("filler", "panel", "scroll pane", "viewport", "split pane", "root pane",
-                        "layered pane", "glass pane", "section", "unknown", "redundant object",
-                        "invalid", "internal frame", "option pane", "tool bar"))
+STRUCTURAL = frozenset(
+    (
+        "filler",
+        "panel",
+        "scroll pane",
+        "viewport",
+        "split pane",
+        "root pane",
+        "layered pane",
+        "glass pane",
+        "section",
+        "unknown",
+        "redundant object",
+        "invalid",
+        "internal frame",
+        "option pane",
+        "tool bar",
+    )
+)
 #: Roles whose node carries its text (an editor's content, an entry's value, a cell's content).
-TEXT_ROLES = frozenset(("text", "entry", "paragraph", "password text", "terminal",
-                        "document text", "spin button", "table cell", "combo box", "editbar"))
+TEXT_ROLES = frozenset(
+    (
+        "text",
+        "entry",
+        "paragraph",
+        "password text",
+        "terminal",
+        "document text",
+        "spin button",
+        "table cell",
+        "combo box",
+        "editbar",
+    )
+)
 STATES = ("focused", "selected", "checked", "pressed", "expanded", "editable", "modal", "active")
 
 Atspi = None  # imported after the D-Bus session exists: it reads the address once
@@ -86,22 +114,36 @@ class Desktop:
         self.env.update({k: str(v) for k, v in env.items()})
         self.size = (int(width), int(height))
         read_fd, write_fd = os.pipe()
-        xvfb = self._service("Xvfb", ["Xvfb", "-displayfd", str(write_fd), "-screen", "0",
-                                      f"{width}x{height}x24", "-nolisten", "tcp", "-noreset"],
-                             pass_fds=(write_fd,))
+        xvfb = self._service(
+            "Xvfb",
+            [
+                "Xvfb",
+                "-displayfd",
+                str(write_fd),
+                "-screen",
+                "0",
+                f"{width}x{height}x24",
+                "-nolisten",
+                "tcp",
+                "-noreset",
+            ],
+            pass_fds=(write_fd,),
+        )
         os.close(write_fd)
         number = _read_line(read_fd, 10.0, xvfb, "Xvfb")
         os.close(read_fd)
         self.display = f":{number}"
         self.env["DISPLAY"] = self.display
         read_fd, write_fd = os.pipe()
-        bus = self._service("dbus-daemon", ["dbus-daemon", "--session", "--nofork", "--nopidfile",
-                                            f"--print-address={write_fd}"], pass_fds=(write_fd,))
+        bus = self._service(
+            "dbus-daemon",
+            ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--print-address={write_fd}"],
+            pass_fds=(write_fd,),
+        )
         os.close(write_fd)
         self.env["DBUS_SESSION_BUS_ADDRESS"] = _read_line(read_fd, 10.0, bus, "dbus-daemon")
         os.close(read_fd)
-        self._service("at-spi-bus-launcher", [_libexec("at-spi-bus-launcher"),
-                                              "--launch-immediately"])
+        self._service("at-spi-bus-launcher", [_libexec("at-spi-bus-launcher"), "--launch-immediately"])
         self._service("openbox", ["openbox", "--sm-disable"])
         os.environ.update(self.env)
         global Atspi, Gdk
@@ -128,9 +170,14 @@ class Desktop:
 
     def _service(self, name, argv, pass_fds=()):
         try:
-            proc = subprocess.Popen(["setpriv", "--pdeathsig", "TERM", *argv], env=self.env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, pass_fds=pass_fds)
+            proc = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "TERM", *argv],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=pass_fds,
+            )
         except FileNotFoundError as exc:
             raise RuntimeError(f"{name} is not installed: {exc}") from exc
         self.services.append((name, proc))
@@ -138,10 +185,15 @@ class Desktop:
 
     def launch(self, argv, app, box=None, wait_s=30.0):
         try:
-            proc = subprocess.Popen(["setpriv", "--pdeathsig", "KILL", *argv], env=self.env,
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, process_group=0,
-                                    cwd=self.env.get("HOME"))
+            proc = subprocess.Popen(
+                ["setpriv", "--pdeathsig", "KILL", *argv],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                process_group=0,
+                cwd=self.env.get("HOME"),
+            )
         except FileNotFoundError as exc:
             raise RuntimeError(f"{argv[0]} is not installed") from exc
         self.apps.append(proc)
@@ -175,14 +227,23 @@ class Desktop:
     def _place(self, window, box):
         """Move and resize the X window of an AT-SPI window (matched by process and title)."""
         pid = window.get_process_id()
-        found = subprocess.run(["xdotool", "search", "--all", "--pid", str(pid), "--onlyvisible",
-                                "--name", "."], env=self.env, stdin=subprocess.DEVNULL,
-                               capture_output=True, text=True, timeout=5)
+        found = subprocess.run(
+            ["xdotool", "search", "--all", "--pid", str(pid), "--onlyvisible", "--name", "."],
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         x, y, w, h = (int(v) for v in box)
         for wid in found.stdout.split():
-            subprocess.run(["xdotool", "windowsize", wid, str(w), str(h), "windowmove", wid,
-                            str(x), str(y)], env=self.env, stdin=subprocess.DEVNULL,
-                           capture_output=True, timeout=5)
+            subprocess.run(
+                ["xdotool", "windowsize", wid, str(w), str(h), "windowmove", wid, str(x), str(y)],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=5,
+            )
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:  # the tree is read next: wait for the new geometry
             bx, by, bw, _bh = _box(window)
@@ -269,9 +330,14 @@ class Desktop:
                 if child is not None:
                     self._walk(child, depth, app, nodes, max_text, max_nodes, in_menus)
             return
-        node = {"depth": depth, "role": role, "name": name,
-                "states": [s for s in STATES if states.contains(_STATE[s])],
-                "box": _box(acc), "app": app}
+        node = {
+            "depth": depth,
+            "role": role,
+            "name": name,
+            "states": [s for s in STATES if states.contains(_STATE[s])],
+            "box": _box(acc),
+            "app": app,
+        }
         if not states.contains(Atspi.StateType.ENABLED):
             node["states"].append("disabled")
         if role in TEXT_ROLES:
@@ -280,8 +346,12 @@ class Desktop:
         if role in ("table", "tree table") and count > HUGE_TABLE:
             self._cells(acc, depth + 1, app, nodes, max_text)
             return
-        if role == "menu" and in_menus and not states.contains(Atspi.StateType.SELECTED) \
-                and not states.contains(Atspi.StateType.EXPANDED):
+        if (
+            role == "menu"
+            and in_menus
+            and not states.contains(Atspi.StateType.SELECTED)
+            and not states.contains(Atspi.StateType.EXPANDED)
+        ):
             # A closed menu of a menu bar (GTK and LibreOffice mark an open one selected): its
             # items are all hidden, and reading each one's state to find that out was most of
             # a tree read in Calc (550 of 850 nodes).
@@ -289,8 +359,7 @@ class Desktop:
         for k in range(min(count, MAX_CHILDREN)):
             child = _safe(acc.get_child_at_index, k)
             if child is not None:
-                self._walk(child, depth + 1, app, nodes, max_text, max_nodes,
-                           role in ("menu bar", "menu"))
+                self._walk(child, depth + 1, app, nodes, max_text, max_nodes, role in ("menu bar", "menu"))
 
     def _cells(self, table, depth, app, nodes, max_text):
         """The non-empty cells of the visible part of a huge table, scanned row by row from the
@@ -323,9 +392,17 @@ class Desktop:
                     continue
                 empty_cells, found = 0, True
                 text = _safe(Atspi.Text.get_text, cell, 0, min(count, max_text), default="")
-                nodes.append({"depth": depth, "role": "table cell",
-                              "name": _safe(cell.get_name, default="") or "", "states": [],
-                              "box": _box(cell), "app": app, "text": text})
+                nodes.append(
+                    {
+                        "depth": depth,
+                        "role": "table cell",
+                        "name": _safe(cell.get_name, default="") or "",
+                        "states": [],
+                        "box": _box(cell),
+                        "app": app,
+                        "text": text,
+                    }
+                )
             empty_rows = 0 if found else empty_rows + 1
             if empty_rows >= EMPTY_RUN:
                 break
@@ -340,9 +417,14 @@ class Desktop:
 
     def xdotool(self, args, timeout_s=10.0):
         try:
-            done = subprocess.run(["xdotool", *[str(a) for a in args]], env=self.env,
-                                  stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=float(timeout_s))
+            done = subprocess.run(
+                ["xdotool", *[str(a) for a in args]],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=float(timeout_s),
+            )
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"xdotool did not finish within {timeout_s} s") from exc
         if done.returncode != 0:
@@ -373,8 +455,7 @@ def _table_position(table, cell):
     index = _safe(cell.get_index_in_parent, default=-1)
     row = _safe(Atspi.Table.get_row_at_index, table, index) if index >= 0 else None
     col = _safe(Atspi.Table.get_column_at_index, table, index) if row is not None else None
-    return (row, col) if row is not None and col is not None and row >= 0 and col >= 0 \
-        else (None, None)
+    return (row, col) if row is not None and col is not None and row >= 0 and col >= 0 else (None, None)
 
 
 def _showing(acc):

@@ -54,8 +54,11 @@ APPS = {
     "mousepad": App(("mousepad", "--disable-server", "{file}"), "mousepad", (0, 0, 760, 800)),
     "galculator": App(("galculator",), "galculator", (770, 0, 500, 560)),
     "files": App(("thunar", "{file}"), "thunar", (0, 0, 1280, 800)),
-    "calc": App(("soffice", "--calc", "--norestore", "--nologo", "--nolockcheck", "{file}"),
-                "soffice", (0, 0, 1280, 800)),
+    "calc": App(
+        ("soffice", "--calc", "--norestore", "--nologo", "--nolockcheck", "{file}"),
+        "soffice",
+        (0, 0, 1280, 800),
+    ),
 }
 #: Settings every episode starts with (GSettings keyfile): accessibility on, no session restore.
 PRESET = (
@@ -66,9 +69,13 @@ PRESET = (
 )
 #: What the window manager adds around a window (border, title bar), in pixels.
 FRAME = (2, 25)
-TASK_SETS = {"all": KINDS, "text": ("edit_text", "new_file", "setting"),
-             "files": ("rename_file", "move_file"),
-             "calculator": ("calc_paste",), "spreadsheet": ("sheet_total", "sheet_edit")}
+TASK_SETS = {
+    "all": KINDS,
+    "text": ("edit_text", "new_file", "setting"),
+    "files": ("rename_file", "move_file"),
+    "calculator": ("calc_paste",),
+    "spreadsheet": ("sheet_total", "sheet_edit"),
+}
 SCREENSHOTS = (None, "png", "som")
 #: Longest wait for a new episode's windows to stop changing, in seconds.
 SETTLE_LIMIT_S = 3.0
@@ -93,28 +100,41 @@ class DesktopEnv(TextEnv):
 
     family: ClassVar[str] = "gui"
 
-    def __init__(self, *, tasks: str = "all", split: str = "train", max_turns: int = 20,
-                 screenshot: str | None = None, settle_s: float = 0.1, width: int = 1280,
-                 height: int = 800, render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        tasks: str = "all",
+        split: str = "train",
+        max_turns: int = 20,
+        screenshot: str | None = None,
+        settle_s: float = 0.1,
+        width: int = 1280,
+        height: int = 800,
+        render_mode: str | None = None,
+    ):
         super().__init__(render_mode)
         kinds = TASK_SETS.get(tasks, (tasks,) if tasks in KINDS else None)
         if kinds is None:
-            raise ValueError(f"DesktopEnv: tasks must be one of {sorted(TASK_SETS)} or a kind "
-                             f"of {KINDS}, got {tasks!r}")
+            raise ValueError(
+                f"DesktopEnv: tasks must be one of {sorted(TASK_SETS)} or a kind of {KINDS}, got {tasks!r}"
+            )
         if split not in ("train", "test", "all"):
             raise ValueError(f"DesktopEnv: split must be 'train', 'test' or 'all', got {split!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"DesktopEnv: max_turns must be an int >= 1, got {max_turns!r}")
         if screenshot not in SCREENSHOTS:
-            raise ValueError(f"DesktopEnv: screenshot must be one of {SCREENSHOTS}, "
-                             f"got {screenshot!r}")
-        if isinstance(settle_s, bool) or not isinstance(settle_s, (int, float)) \
-                or not 0 <= settle_s <= 10:
+            raise ValueError(f"DesktopEnv: screenshot must be one of {SCREENSHOTS}, got {screenshot!r}")
+        if isinstance(settle_s, bool) or not isinstance(settle_s, (int, float)) or not 0 <= settle_s <= 10:
             raise ValueError(f"DesktopEnv: settle_s must be seconds in [0, 10], got {settle_s!r}")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (width, height)) \
-                or width < 1280 or height < 800:
-            raise ValueError(f"DesktopEnv: the applications' windows are laid out for a screen of "
-                             f"at least 1280x800, got {width!r}x{height!r}")
+        if (
+            not all(isinstance(v, int) and not isinstance(v, bool) for v in (width, height))
+            or width < 1280
+            or height < 800
+        ):
+            raise ValueError(
+                f"DesktopEnv: the applications' windows are laid out for a screen of "
+                f"at least 1280x800, got {width!r}x{height!r}"
+            )
         self.tasks = gui_tasks(None if split == "all" else split, kinds)
         self._by_id = {task.id: task for task in self.tasks}
         self.max_turns, self.screenshot, self.settle_s = max_turns, screenshot, settle_s
@@ -130,8 +150,9 @@ class DesktopEnv(TextEnv):
 
     # -- episodes ------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a task (``options={"task_id": ...}``, else one drawn with ``seed``) on a clean
         desktop: the task's files and the applications it names, nothing else."""
         super().reset(seed=seed)
@@ -161,8 +182,13 @@ class DesktopEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
         if self._done:
-            return ("The episode is over; call reset() to start a new one.", 0.0, True, False,
-                    self._info() | {"action_valid": False})
+            return (
+                "The episode is over; call reset() to start a new one.",
+                0.0,
+                True,
+                False,
+                self._info() | {"action_valid": False},
+            )
         self._turns += 1
         try:
             parsed = parse_action(text)
@@ -200,16 +226,15 @@ class DesktopEnv(TextEnv):
         assert self.desktop is not None
         result = check(self.task, self.desktop.home)
         self._success, self._problems = result.success, result.problems
-        verdict = "The task is done." if result.success else \
-            "The task is not done: " + "; ".join(result.problems)
-        return (verdict, float(result.success), True, False,
-                self._info() | {"action_valid": True})
+        verdict = (
+            "The task is done." if result.success else "The task is not done: " + "; ".join(result.problems)
+        )
+        return (verdict, float(result.success), True, False, self._info() | {"action_valid": True})
 
     def _broken(self, exc: DesktopError) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._done = True
         message = f"the desktop failed: {exc}"
-        return f"Error: {message}", 0.0, False, True, self._info() | {"action_valid": True,
-                                                                     "error": message}
+        return f"Error: {message}", 0.0, False, True, self._info() | {"action_valid": True, "error": message}
 
     def close(self) -> None:
         if self.desktop is not None:
@@ -268,20 +293,17 @@ class DesktopEnv(TextEnv):
         parts.append(text or "(no windows)")
         self._observation = "\n".join(parts)
         info = self._info()
-        info["state_key"] = self.task.id + "|" + hashlib.sha256(
-            _IDS.sub("", text).encode()).hexdigest()[:16]
+        info["state_key"] = self.task.id + "|" + hashlib.sha256(_IDS.sub("", text).encode()).hexdigest()[:16]
         if self.screenshot is not None:
             png = desktop.screenshot()
-            info["screenshot"] = data_uri(png) if self.screenshot == "png" else \
-                set_of_marks(png, self._boxes)
+            info["screenshot"] = data_uri(png) if self.screenshot == "png" else set_of_marks(png, self._boxes)
         return self._observation, info
 
     def _point(self, action: Any) -> tuple[int, int]:
         if len(action.args) == 1:
             ident = action.args[0]
             if not 1 <= ident <= len(self._boxes):
-                raise ActionError(f"no element [{ident}] in the last observation (ids 1-"
-                                  f"{len(self._boxes)})")
+                raise ActionError(f"no element [{ident}] in the last observation (ids 1-{len(self._boxes)})")
             x, y, w, h = self._boxes[ident - 1]
             if w <= 0 or h <= 0:
                 raise ActionError(f"element [{ident}] has no area on the screen")
@@ -294,9 +316,14 @@ class DesktopEnv(TextEnv):
         return x, y
 
     def _info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"task_id": self.task.id, "instruction": self.task.instruction,
-                                "task_type": self.task.kind, "success": self._success,
-                                "episode_id": self._episode_id, "turn": self._turns}
+        info: dict[str, Any] = {
+            "task_id": self.task.id,
+            "instruction": self.task.instruction,
+            "task_type": self.task.kind,
+            "success": self._success,
+            "episode_id": self._episode_id,
+            "turn": self._turns,
+        }
         if self._done:
             info["problems"] = list(self._problems)
         return info

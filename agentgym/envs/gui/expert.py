@@ -23,7 +23,7 @@ from agentgym.envs.gui.tasks import SETTINGS, GuiTask, gui_tasks
 
 __all__ = ["Node", "expert_action", "parse_observation"]
 
-_LINE = re.compile(r'^(?P<indent> *)\[(?P<id>\d+)\] (?P<rest>.*)$')
+_LINE = re.compile(r"^(?P<indent> *)\[(?P<id>\d+)\] (?P<rest>.*)$")
 _CELL = re.compile(r"^[A-Z]{1,3}[0-9]{1,7}$")
 
 
@@ -55,36 +55,44 @@ def parse_observation(observation: str) -> list[Node]:
         if '"' in head:
             role, _, quoted_name = head.partition(' "')
             end = quoted_name.rindex('"')
-            name = json.loads('"' + quoted_name[:end + 1])
-            states = tuple(quoted_name[end + 1:].split())
+            name = json.loads('"' + quoted_name[: end + 1])
+            states = tuple(quoted_name[end + 1 :].split())
         else:
             words = head.split()
-            known = {"focused", "selected", "checked", "pressed", "expanded", "editable",
-                     "modal", "active", "disabled"}
+            known = {
+                "focused",
+                "selected",
+                "checked",
+                "pressed",
+                "expanded",
+                "editable",
+                "modal",
+                "active",
+                "disabled",
+            }
             states = tuple(w for w in words if w in known)
             role = " ".join(w for w in words if w not in known)
-        nodes.append(Node(int(match["id"]), len(match["indent"]) // 2, role, name, states,
-                          text))
+        nodes.append(Node(int(match["id"]), len(match["indent"]) // 2, role, name, states, text))
     return nodes
 
 
 Step = Callable[[list[Node], GuiTask], "str | None"]
 
 
-def _find(nodes: list[Node], role: str, name: str | None = None,
-          where: Callable[[Node], bool] | None = None) -> Node | None:
+def _find(
+    nodes: list[Node], role: str, name: str | None = None, where: Callable[[Node], bool] | None = None
+) -> Node | None:
     for node in nodes:
-        if node.role == role and (name is None or node.name == name) and (
-                where is None or where(node)):
+        if node.role == role and (name is None or node.name == name) and (where is None or where(node)):
             return node
     return None
 
 
-def _click(role: str, name: str | None = None,
-           where: Callable[[Node], bool] | None = None) -> Step:
+def _click(role: str, name: str | None = None, where: Callable[[Node], bool] | None = None) -> Step:
     def step(nodes: list[Node], task: GuiTask) -> str | None:
         node = _find(nodes, role, name, where)
         return f"click({node.id})" if node else None
+
     return step
 
 
@@ -101,8 +109,11 @@ def _name_box(node: Node) -> bool:
 
 
 def _galculator_result(nodes: list[Node], task: GuiTask) -> str | None:
-    display = _find(nodes, "text", where=lambda n: "editable" not in n.states and
-                    (n.text or "").strip() == task.target["text"])
+    display = _find(
+        nodes,
+        "text",
+        where=lambda n: "editable" not in n.states and (n.text or "").strip() == task.target["text"],
+    )
     editor = _find(nodes, "text", where=_editor)
     if display is None or editor is None:
         return None
@@ -130,7 +141,7 @@ def _archive_path(nodes: list[Node], task: GuiTask) -> str | None:
     if location is None or "focused" not in location.states:
         return None
     assert location.text is not None  # where= matched its text
-    return f"type({json.dumps(location.text[:-len('Documents/')] + 'Archive/')})"
+    return f"type({json.dumps(location.text[: -len('Documents/')] + 'Archive/')})"
 
 
 def _save_as_name(nodes: list[Node], task: GuiTask) -> str | None:
@@ -146,37 +157,74 @@ def _plan(task: GuiTask) -> list[Step]:
         menu, item = SETTINGS[target["key"]]
         return [_click("menu", menu), _click("menu item", item), _act("done()")]
     if task.kind == "edit_text":
-        return [_click("text", where=_editor), _act('key("ctrl+a BackSpace")'),
-                _act(lambda t: f"type({json.dumps(t.target['text'])})"), _act('key("ctrl+s")'),
-                _act("done()")]
+        return [
+            _click("text", where=_editor),
+            _act('key("ctrl+a BackSpace")'),
+            _act(lambda t: f"type({json.dumps(t.target['text'])})"),
+            _act('key("ctrl+s")'),
+            _act("done()"),
+        ]
     if task.kind == "new_file":
-        return [_click("text", where=_editor),
-                _act(lambda t: f"type({json.dumps(t.target['text'])})"), _act('key("ctrl+s")'),
-                _save_as_name, _click("push button", "Save"), _done_when_closed]
+        return [
+            _click("text", where=_editor),
+            _act(lambda t: f"type({json.dumps(t.target['text'])})"),
+            _act('key("ctrl+s")'),
+            _save_as_name,
+            _click("push button", "Save"),
+            _done_when_closed,
+        ]
     if task.kind == "calc_paste":
         buttons = [_click("toggle button", char) for char in target["expression"] if char != " "]
-        return [*buttons, _click("toggle button", "="), _galculator_result,
-                _act(lambda t: f"type({json.dumps(t.target['text'])})"), _act('key("ctrl+s")'),
-                _act("done()")]
+        return [
+            *buttons,
+            _click("toggle button", "="),
+            _galculator_result,
+            _act(lambda t: f"type({json.dumps(t.target['text'])})"),
+            _act('key("ctrl+s")'),
+            _act("done()"),
+        ]
     if task.kind == "sheet_total":
         first, last = target["range"]
-        return [_click("text", where=_name_box), _act(f'type("{target["cell"]}\\n")'),
-                _act(f'type("=SUM({first}:{last})\\n")'), _act('key("ctrl+s")'),
-                _act("wait()"), _act("done()")]
+        return [
+            _click("text", where=_name_box),
+            _act(f'type("{target["cell"]}\\n")'),
+            _act(f'type("=SUM({first}:{last})\\n")'),
+            _act('key("ctrl+s")'),
+            _act("wait()"),
+            _act("done()"),
+        ]
     if task.kind == "sheet_edit":
-        return [_click("text", where=_name_box), _act(f'type("{target["cell"]}\\n")'),
-                _act(f'type("{target["value"]}\\n")'), _act('key("ctrl+s")'), _act("wait()"),
-                _act("done()")]
+        return [
+            _click("text", where=_name_box),
+            _act(f'type("{target["cell"]}\\n")'),
+            _act(f'type("{target["value"]}\\n")'),
+            _act('key("ctrl+s")'),
+            _act("wait()"),
+            _act("done()"),
+        ]
     if task.kind in ("rename_file", "move_file"):
-        (old, new), = target["moves"].items()
+        ((old, new),) = target["moves"].items()
         pick = _click("table cell", old.split("/")[1])
         if task.kind == "rename_file":
-            return [pick, _act('key("F2")'), _act('key("ctrl+a")'),
-                    _act(f"type({json.dumps(new.split('/')[1])})"), _act('key("Return")'),
-                    _done_when_no_dialog]
-        return [pick, _act('key("ctrl+x")'), _act('key("ctrl+l")'), _archive_path,
-                _act('key("Return")'), _click("directory pane"), _act('key("ctrl+v")'),
-                _act("wait()"), _act("done()")]
+            return [
+                pick,
+                _act('key("F2")'),
+                _act('key("ctrl+a")'),
+                _act(f"type({json.dumps(new.split('/')[1])})"),
+                _act('key("Return")'),
+                _done_when_no_dialog,
+            ]
+        return [
+            pick,
+            _act('key("ctrl+x")'),
+            _act('key("ctrl+l")'),
+            _archive_path,
+            _act('key("Return")'),
+            _click("directory pane"),
+            _act('key("ctrl+v")'),
+            _act("wait()"),
+            _act("done()"),
+        ]
     raise ValueError(f"no plan for task kind {task.kind!r}")
 
 

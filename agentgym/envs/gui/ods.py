@@ -53,25 +53,31 @@ def write_ods(rows: list[list[str | float | int | None]], sheet: str = "Sheet1")
             if value is None:
                 cells.append("<table:table-cell/>")
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                cells.append(f'<table:table-cell office:value-type="float" office:value="{value}">'
-                             f"<text:p>{value}</text:p></table:table-cell>")
+                cells.append(
+                    f'<table:table-cell office:value-type="float" office:value="{value}">'
+                    f"<text:p>{value}</text:p></table:table-cell>"
+                )
             else:
-                cells.append(f'<table:table-cell office:value-type="string">'
-                             f"<text:p>{escape(str(value))}</text:p></table:table-cell>")
+                cells.append(
+                    f'<table:table-cell office:value-type="string">'
+                    f"<text:p>{escape(str(value))}</text:p></table:table-cell>"
+                )
         body.append(f"<table:table-row>{''.join(cells)}</table:table-row>")
     content = (
         '<?xml version="1.0" encoding="UTF-8"?>'
         f'<office:document-content xmlns:office="{NS["office"]}" xmlns:table="{NS["table"]}" '
         f'xmlns:text="{NS["text"]}" office:version="1.3"><office:body><office:spreadsheet>'
         f'<table:table table:name="{escape(sheet)}">{"".join(body)}</table:table>'
-        "</office:spreadsheet></office:body></office:document-content>")
+        "</office:spreadsheet></office:body></office:document-content>"
+    )
     manifest = (
         '<?xml version="1.0" encoding="UTF-8"?>'
         '<manifest:manifest xmlns:manifest="urn:oasis:names:tc:opendocument:xmlns:manifest:1.0" '
         'manifest:version="1.3">'
         f'<manifest:file-entry manifest:full-path="/" manifest:media-type="{MIMETYPE}"/>'
         '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
-        "</manifest:manifest>")
+        "</manifest:manifest>"
+    )
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr(zipfile.ZipInfo("mimetype"), MIMETYPE)  # first and stored, per ODF
@@ -99,8 +105,7 @@ def read_ods(data: bytes, sheet: int = 0) -> dict[str, Cell]:
         for cell in row:
             if cell.tag not in (_q("table", "table-cell"), _q("table", "covered-table-cell")):
                 continue
-            col_repeat = min(int(cell.get(_q("table", "number-columns-repeated"), "1")),
-                             MAX_EXPAND)
+            col_repeat = min(int(cell.get(_q("table", "number-columns-repeated"), "1")), MAX_EXPAND)
             parsed = _cell(cell)
             if parsed is not None:
                 for r in range(row_repeat):

@@ -31,25 +31,49 @@ from agentgym.envs.gui.ods import read_ods, sum_range, write_ods
 
 __all__ = ["KINDS", "Check", "GuiTask", "check", "gui_tasks", "keyfile_value"]
 
-KINDS = ("edit_text", "new_file", "calc_paste", "setting", "sheet_total", "sheet_edit",
-         "rename_file", "move_file")
+KINDS = (
+    "edit_text",
+    "new_file",
+    "calc_paste",
+    "setting",
+    "sheet_total",
+    "sheet_edit",
+    "rename_file",
+    "move_file",
+)
 PER_KIND = 12
 #: Mousepad view settings a task may switch: key -> the menu and the item that switch it.
-SETTINGS = {"show-line-numbers": ("View", "Line Numbers"), "word-wrap": ("Document", "Word Wrap"),
-            "auto-indent": ("Document", "Auto Indent")}
+SETTINGS = {
+    "show-line-numbers": ("View", "Line Numbers"),
+    "word-wrap": ("Document", "Word Wrap"),
+    "auto-indent": ("Document", "Auto Indent"),
+}
 KEYFILE = ".config/glib-2.0/settings/keyfile"
 MOUSEPAD_VIEW = "org/xfce/mousepad/preferences/view"
 
 _NAMES = ["Dana", "Ravi", "Mei", "Omar", "Lena", "Tomas", "Aisha", "Jonas", "Priya", "Kofi"]
 _PLACES = ["room 4", "the library", "the lab", "hall B", "the cafe", "office 12"]
 _DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday"]
-_ITEMS = ["apples", "paper", "pens", "coffee", "cables", "tape", "folders", "batteries",
-          "markers", "staples", "cups", "tea"]
+_ITEMS = [
+    "apples",
+    "paper",
+    "pens",
+    "coffee",
+    "cables",
+    "tape",
+    "folders",
+    "batteries",
+    "markers",
+    "staples",
+    "cups",
+    "tea",
+]
 #: Thunar's settings: the details view (the icon view exposes no files to AT-SPI).
 THUNAR_SETTINGS = (
     ".config/xfce4/xfconf/xfce-perchannel-xml/thunar.xml",
     b'<?xml version="1.0" encoding="UTF-8"?>\n<channel name="thunar" version="1.0">\n'
-    b'  <property name="last-view" type="string" value="ThunarDetailsView"/>\n</channel>\n')
+    b'  <property name="last-view" type="string" value="ThunarDetailsView"/>\n</channel>\n',
+)
 _FILES = ["notes", "todo", "draft", "memo", "plan", "agenda", "summary", "reminder"]
 
 
@@ -75,12 +99,14 @@ class Check:
 def _sentence(rng: random.Random) -> str:
     name, day, place = rng.choice(_NAMES), rng.choice(_DAYS), rng.choice(_PLACES)
     hour = rng.randint(8, 17)
-    return rng.choice([
-        f"Meet {name} on {day} at {hour}:00 in {place}.",
-        f"Call {name} before {day} about the {rng.choice(_ITEMS)}.",
-        f"Order {rng.randint(2, 60)} {rng.choice(_ITEMS)} for {place}.",
-        f"{name} brings the {rng.choice(_ITEMS)} on {day}.",
-    ])
+    return rng.choice(
+        [
+            f"Meet {name} on {day} at {hour}:00 in {place}.",
+            f"Call {name} before {day} about the {rng.choice(_ITEMS)}.",
+            f"Order {rng.randint(2, 60)} {rng.choice(_ITEMS)} for {place}.",
+            f"{name} brings the {rng.choice(_ITEMS)} on {day}.",
+        ]
+    )
 
 
 def _edit_text(rng: random.Random, i: int) -> GuiTask:
@@ -90,19 +116,27 @@ def _edit_text(rng: random.Random, i: int) -> GuiTask:
     text = "\n".join(lines)
     quoted = " / ".join(f'"{line}"' for line in lines)
     return GuiTask(
-        f"edit_text-{i}", "edit_text",
+        f"edit_text-{i}",
+        "edit_text",
         f"In Mousepad, replace the whole text of ~/{path} with {quoted}"
         f"{' (two lines)' if len(lines) > 1 else ''} and save the file.",
-        (("mousepad", path),), {path: (old + "\n").encode()}, {"path": path, "text": text})
+        (("mousepad", path),),
+        {path: (old + "\n").encode()},
+        {"path": path, "text": text},
+    )
 
 
 def _new_file(rng: random.Random, i: int) -> GuiTask:
     path = f"Documents/{rng.choice(_FILES)}_{rng.choice(_NAMES).lower()}{i}.txt"
     text = _sentence(rng)
     return GuiTask(
-        f"new_file-{i}", "new_file",
+        f"new_file-{i}",
+        "new_file",
         f'In Mousepad, write "{text}" in the empty document and save it as ~/{path}.',
-        (("mousepad", None),), {"Documents/.keep": b""}, {"path": path, "text": text})
+        (("mousepad", None),),
+        {"Documents/.keep": b""},
+        {"path": path, "text": text},
+    )
 
 
 def _calc_paste(rng: random.Random, i: int) -> GuiTask:
@@ -112,11 +146,14 @@ def _calc_paste(rng: random.Random, i: int) -> GuiTask:
     result = eval(expression)  # noqa: S307 - our own arithmetic on generated integers
     path = "Documents/result.txt"
     return GuiTask(
-        f"calc_paste-{i}", "calc_paste",
+        f"calc_paste-{i}",
+        "calc_paste",
         f"Compute {expression.replace('*', 'x')} with the calculator (galculator), write the "
         f"result in ~/{path} (open in Mousepad) and save the file.",
-        (("mousepad", path), ("galculator", None)), {path: b""},
-        {"path": path, "text": str(result), "expression": expression})
+        (("mousepad", path), ("galculator", None)),
+        {path: b""},
+        {"path": path, "text": str(result), "expression": expression},
+    )
 
 
 def _setting(rng: random.Random, i: int) -> GuiTask:
@@ -125,9 +162,13 @@ def _setting(rng: random.Random, i: int) -> GuiTask:
     menu, item = SETTINGS[key]
     preset = f"[{MOUSEPAD_VIEW}]\n{key}={'false' if on else 'true'}\n"
     return GuiTask(
-        f"setting-{i}", "setting",
-        f"In Mousepad, turn {'on' if on else 'off'} \"{item}\" (in the {menu} menu).",
-        (("mousepad", None),), {KEYFILE: preset.encode()}, {"key": key, "value": on})
+        f"setting-{i}",
+        "setting",
+        f'In Mousepad, turn {"on" if on else "off"} "{item}" (in the {menu} menu).',
+        (("mousepad", None),),
+        {KEYFILE: preset.encode()},
+        {"key": key, "value": on},
+    )
 
 
 def _sheet(rng: random.Random) -> tuple[list[list[Any]], int]:
@@ -143,12 +184,14 @@ def _sheet_total(rng: random.Random, i: int) -> GuiTask:
     cell = f"B{n + 2}"
     total = sum(row[1] for row in rows[1:])
     return GuiTask(
-        f"sheet_total-{i}", "sheet_total",
+        f"sheet_total-{i}",
+        "sheet_total",
         f"In LibreOffice Calc, enter a formula in cell {cell} of ~/{path} that totals the "
         f"amounts above it (B2:B{n + 1}), then save the file in its format (.ods).",
-        (("calc", path),), {path: write_ods(rows)},
-        {"path": path, "cell": cell, "range": ("B2", f"B{n + 1}"), "total": total,
-         "rows": rows})
+        (("calc", path),),
+        {path: write_ods(rows)},
+        {"path": path, "cell": cell, "range": ("B2", f"B{n + 1}"), "total": total, "rows": rows},
+    )
 
 
 def _sheet_edit(rng: random.Random, i: int) -> GuiTask:
@@ -158,11 +201,14 @@ def _sheet_edit(rng: random.Random, i: int) -> GuiTask:
     value = rows[row][1] + rng.randint(1, 50)
     item = rows[row][0]
     return GuiTask(
-        f"sheet_edit-{i}", "sheet_edit",
+        f"sheet_edit-{i}",
+        "sheet_edit",
         f"In LibreOffice Calc, change the amount of {item} in ~/{path} to {value} and save "
         f"the file in its format (.ods).",
-        (("calc", path),), {path: write_ods(rows)},
-        {"path": path, "cell": f"B{row + 1}", "value": value, "rows": rows})
+        (("calc", path),),
+        {path: write_ods(rows)},
+        {"path": path, "cell": f"B{row + 1}", "value": value, "rows": rows},
+    )
 
 
 def _folder(rng: random.Random, i: int) -> dict[str, bytes]:
@@ -179,9 +225,13 @@ def _rename_file(rng: random.Random, i: int) -> GuiTask:
     old = rng.choice([p for p in files if p.startswith("Documents/")])
     new = f"Documents/{rng.choice(_NAMES).lower()}_{rng.choice(_ITEMS)}_{i}.txt"
     return GuiTask(
-        f"rename_file-{i}", "rename_file",
+        f"rename_file-{i}",
+        "rename_file",
         f"In the file manager (Thunar), rename ~/{old} to {new.split('/')[1]}.",
-        (("files", "Documents"),), files, {"moves": {old: new}, "files": _listing(files)})
+        (("files", "Documents"),),
+        files,
+        {"moves": {old: new}, "files": _listing(files)},
+    )
 
 
 def _move_file(rng: random.Random, i: int) -> GuiTask:
@@ -189,19 +239,31 @@ def _move_file(rng: random.Random, i: int) -> GuiTask:
     old = rng.choice([p for p in files if p.startswith("Documents/")])
     new = "Archive/" + old.split("/")[1]
     return GuiTask(
-        f"move_file-{i}", "move_file",
+        f"move_file-{i}",
+        "move_file",
         f"In the file manager (Thunar), move ~/{old} into the folder ~/Archive.",
-        (("files", "Documents"),), files, {"moves": {old: new}, "files": _listing(files)})
+        (("files", "Documents"),),
+        files,
+        {"moves": {old: new}, "files": _listing(files)},
+    )
 
 
 def _listing(files: dict[str, bytes]) -> dict[str, str]:
-    return {path: data.decode() for path, data in files.items()
-            if path.startswith(("Documents/", "Archive/"))}
+    return {
+        path: data.decode() for path, data in files.items() if path.startswith(("Documents/", "Archive/"))
+    }
 
 
-_MAKERS = {"edit_text": _edit_text, "new_file": _new_file, "calc_paste": _calc_paste,
-           "setting": _setting, "sheet_total": _sheet_total, "sheet_edit": _sheet_edit,
-           "rename_file": _rename_file, "move_file": _move_file}
+_MAKERS = {
+    "edit_text": _edit_text,
+    "new_file": _new_file,
+    "calc_paste": _calc_paste,
+    "setting": _setting,
+    "sheet_total": _sheet_total,
+    "sheet_edit": _sheet_edit,
+    "rename_file": _rename_file,
+    "move_file": _move_file,
+}
 
 
 @functools.lru_cache(maxsize=8)
@@ -244,14 +306,12 @@ def check(task: GuiTask, home: Path) -> Check:
         text = path.read_bytes().decode("utf-8", errors="replace")
         got = text.strip() if task.kind == "calc_paste" else text.rstrip("\n")
         if got != target["text"]:
-            return Check(False, (f"~/{target['path']} holds {got[:80]!r}, expected "
-                                 f"{target['text']!r}",))
+            return Check(False, (f"~/{target['path']} holds {got[:80]!r}, expected {target['text']!r}",))
         return Check(True)
     if task.kind == "setting":
         value = keyfile_value(home, MOUSEPAD_VIEW, target["key"])
         if value != ("true" if target["value"] else "false"):
-            return Check(False, (f"{target['key']} is {value}, expected "
-                                 f"{str(target['value']).lower()}",))
+            return Check(False, (f"{target['key']} is {value}, expected {str(target['value']).lower()}",))
         return Check(True)
     if task.kind in ("rename_file", "move_file"):
         return _check_files(task, home)
@@ -260,8 +320,7 @@ def check(task: GuiTask, home: Path) -> Check:
 
 def _check_files(task: GuiTask, home: Path) -> Check:
     """The folders hold the start's files with the moves applied, and nothing else."""
-    expected = {task.target["moves"].get(path, path): text
-                for path, text in task.target["files"].items()}
+    expected = {task.target["moves"].get(path, path): text for path, text in task.target["files"].items()}
     found: dict[str, str] = {}
     problems: list[str] = []
     for folder in ("Documents", "Archive"):
@@ -294,8 +353,9 @@ def _check_sheet(task: GuiTask, home: Path) -> Check:
             problems.append(f"{target['cell']} holds no formula")
         else:
             if sum_range(got.formula) != tuple(target["range"]):
-                problems.append(f"{target['cell']} holds {got.formula}, not a SUM of "
-                                f"{':'.join(target['range'])}")
+                problems.append(
+                    f"{target['cell']} holds {got.formula}, not a SUM of {':'.join(target['range'])}"
+                )
             if got.value is None or abs(got.value - target["total"]) > 1e-9:
                 problems.append(f"{target['cell']} shows {got.value}, expected {target['total']}")
     else:

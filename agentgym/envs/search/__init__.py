@@ -21,8 +21,10 @@ PROMPT = FamilyPrompt(
     response_format=(
         "Each reply does one thing. To search, write <search>your query</search>; the top "
         "documents come back in the next message. When you know the answer, write "
-        "<answer>the answer</answer> with a few words only."),
-    answer_template="<answer>{}</answer>")
+        "<answer>the answer</answer> with a few words only."
+    ),
+    answer_template="<answer>{}</answer>",
+)
 
 
 def register() -> None:
@@ -37,7 +39,14 @@ def register() -> None:
             extras=("search",),
             # Not questions, index, corpus (host files) or retriever (a URL the server would call).
             path_kwargs=("questions", "index", "corpus"),
-            client_kwargs={"split": None, "world_seed": 1_000_000, "top_k": 20, "max_turns": 50,
-                           "reward": None, "format_penalty": None, "max_passage_chars": 4000},
+            client_kwargs={
+                "split": None,
+                "world_seed": 1_000_000,
+                "top_k": 20,
+                "max_turns": 50,
+                "reward": None,
+                "format_penalty": None,
+                "max_passage_chars": 4000,
+            },
         ),
     )

@@ -29,11 +29,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     try:
         with console.status(f"indexing {args.corpus}"):
-            index = BM25Index.build(read_passages(args.corpus), args.out_dir,
-                                    overwrite=args.overwrite)
+            index = BM25Index.build(read_passages(args.corpus), args.out_dir, overwrite=args.overwrite)
     except (FileNotFoundError, FileExistsError, ValueError) as exc:
         console.print(f"[red]agentgym index:[/red] {exc}", highlight=False)
         return 2
-    console.print(f"indexed {len(index)} passages into {args.out_dir} in "
-                  f"{time.perf_counter() - started:.1f} s", highlight=False)
+    console.print(
+        f"indexed {len(index)} passages into {args.out_dir} in {time.perf_counter() - started:.1f} s",
+        highlight=False,
+    )
     return 0

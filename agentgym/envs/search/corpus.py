@@ -64,8 +64,7 @@ def _get(record: Any, keys: Iterable[str], where: str, what: str) -> Any:
     for key in keys:
         if record.get(key) is not None:
             return record[key]
-    raise ValueError(f"{where}: no {what} (looked for {', '.join(keys)}); keys present: "
-                     f"{sorted(record)}")
+    raise ValueError(f"{where}: no {what} (looked for {', '.join(keys)}); keys present: {sorted(record)}")
 
 
 def read_passages(path: str | os.PathLike[str]) -> Iterator[Passage]:
@@ -83,8 +82,11 @@ def read_passages(path: str | os.PathLike[str]) -> Iterator[Passage]:
 
 
 def _answers(record: dict[str, Any], where: str) -> tuple[str, ...]:
-    truth = (record.get("reward_model") or {}).get("ground_truth") if isinstance(
-        record.get("reward_model"), dict) else None
+    truth = (
+        (record.get("reward_model") or {}).get("ground_truth")
+        if isinstance(record.get("reward_model"), dict)
+        else None
+    )
     if isinstance(truth, dict) and truth.get("target") is not None:
         value: Any = truth["target"]
     else:
@@ -105,16 +107,23 @@ def read_questions(path: str | os.PathLike[str], split: str = "test") -> list[Qu
     for n, record in _records(path):
         where = f"{path}:{n}"
         text = str(_get(record, ("question",), where, "question")).strip()
-        qid = next((str(record[k]) for k in _ID_KEYS if record.get(k) is not None),
-                   f"{path.stem}-{n}")
+        qid = next((str(record[k]) for k in _ID_KEYS if record.get(k) is not None), f"{path.stem}-{n}")
         if qid in seen:
             raise ValueError(f"{where}: duplicate question id {qid!r}")
         seen.add(qid)
         supporting = tuple(str(s) for s in record.get("supporting") or ())
-        questions.append(Question(
-            id=qid, question=text, answers=_answers(record, where),
-            type=str(record.get("type") or ""), hops=len(supporting), supporting=supporting,
-            hop_queries=tuple(str(q) for q in record.get("hop_queries") or ()), split=split))
+        questions.append(
+            Question(
+                id=qid,
+                question=text,
+                answers=_answers(record, where),
+                type=str(record.get("type") or ""),
+                hops=len(supporting),
+                supporting=supporting,
+                hop_queries=tuple(str(q) for q in record.get("hop_queries") or ()),
+                split=split,
+            )
+        )
     if not questions:
         raise ValueError(f"{path}: no questions")
     return questions

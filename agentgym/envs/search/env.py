@@ -74,8 +74,7 @@ def _passages_digest(passages: list[Any]) -> str:
 
 def _file_key(path: Path) -> str:
     stat = path.stat()
-    return hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
-                          ).hexdigest()[:16]
+    return hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:16]
 
 
 class SearchQAEnv(TextEnv):
@@ -96,14 +95,28 @@ class SearchQAEnv(TextEnv):
 
     family: ClassVar[str] = "search"
 
-    def __init__(self, *, split: str = "train", world_seed: int = 0, questions: str | None = None,
-                 index: str | None = None, corpus: str | None = None, retriever: str | None = None,
-                 top_k: int = 3, max_turns: int = 6, reward: str = "f1",
-                 format_penalty: float = 0.1, max_passage_chars: int = 600,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        world_seed: int = 0,
+        questions: str | None = None,
+        index: str | None = None,
+        corpus: str | None = None,
+        retriever: str | None = None,
+        top_k: int = 3,
+        max_turns: int = 6,
+        reward: str = "f1",
+        format_penalty: float = 0.1,
+        max_passage_chars: int = 600,
+        render_mode: str | None = None,
+    ):
         super().__init__(render_mode)
-        for name, value in (("top_k", top_k), ("max_turns", max_turns),
-                            ("max_passage_chars", max_passage_chars)):
+        for name, value in (
+            ("top_k", top_k),
+            ("max_turns", max_turns),
+            ("max_passage_chars", max_passage_chars),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SearchQAEnv: {name} must be an int >= 1, got {value!r}")
         if reward not in ("f1", "em"):
@@ -112,8 +125,7 @@ class SearchQAEnv(TextEnv):
             raise ValueError(f"SearchQAEnv: format_penalty must be >= 0, got {format_penalty!r}")
         self.top_k, self.max_turns, self.reward_kind = top_k, max_turns, reward
         self.format_penalty, self.max_passage_chars = float(format_penalty), max_passage_chars
-        self.questions, self.retriever = self._data(split, world_seed, questions, index, corpus,
-                                                    retriever)
+        self.questions, self.retriever = self._data(split, world_seed, questions, index, corpus, retriever)
         self._by_id = {q.id: q for q in self.questions}
         self._question: Question = self.questions[0]
         self._turns, self._done = 0, False
@@ -122,19 +134,29 @@ class SearchQAEnv(TextEnv):
         self._answer_scores: dict[str, float] = {}
 
     @staticmethod
-    def _data(split: str, world_seed: int, questions: str | None, index: str | None,
-              corpus: str | None, retriever: str | None) -> tuple[list[Question], Retriever]:
-        sources = {k: v for k, v in (("index", index), ("corpus", corpus),
-                                     ("retriever", retriever)) if v is not None}
+    def _data(
+        split: str,
+        world_seed: int,
+        questions: str | None,
+        index: str | None,
+        corpus: str | None,
+        retriever: str | None,
+    ) -> tuple[list[Question], Retriever]:
+        sources = {
+            k: v for k, v in (("index", index), ("corpus", corpus), ("retriever", retriever)) if v is not None
+        }
         if questions is None:
             if sources:
                 raise ValueError(f"SearchQAEnv: {sorted(sources)} need questions=QA_FILE too")
             world = _world(world_seed)
             return world.split(split), cached_index(
-                f"world-{world_seed}-{_passages_digest(world.passages)}", lambda: world.passages)
+                f"world-{world_seed}-{_passages_digest(world.passages)}", lambda: world.passages
+            )
         if len(sources) != 1:
-            raise ValueError("SearchQAEnv: with questions=..., give exactly one of index=DIR, "
-                             f"corpus=PASSAGES.jsonl, retriever=URL (got {sorted(sources) or 'none'})")
+            raise ValueError(
+                "SearchQAEnv: with questions=..., give exactly one of index=DIR, "
+                f"corpus=PASSAGES.jsonl, retriever=URL (got {sorted(sources) or 'none'})"
+            )
         from agentgym.envs.search.corpus import read_passages, read_questions
 
         qs = read_questions(questions, split)
@@ -149,13 +171,15 @@ class SearchQAEnv(TextEnv):
 
         return qs, RetrieverClient(str(retriever))
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start on a question: ``options={"task_id": question id}``, else one drawn with
         ``seed``. Unknown options and ids raise ``ValueError``."""
         super().reset(seed=seed)
-        self._question = pick_task(self.questions, self._by_id, options, self.np_random,
-                                   "SearchQAEnv", "question")
+        self._question = pick_task(
+            self.questions, self._by_id, options, self.np_random, "SearchQAEnv", "question"
+        )
         self._turns, self._done, self._titles, self._found = 0, False, set(), set()
         self._answer_scores = {}
         return f"Question: {self._question.question}", self._info()
@@ -163,8 +187,13 @@ class SearchQAEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
         if self._done:
-            return ("The episode is over; call reset() to start a new one.", 0.0, True, False,
-                    self._info() | {"action_valid": False})
+            return (
+                "The episode is over; call reset() to start a new one.",
+                0.0,
+                True,
+                False,
+                self._info() | {"action_valid": False},
+            )
         self._turns += 1
         query, answer = extract_tag(text, "search"), extract_tag(text, "answer")
         problem = self._problem(query, answer)
@@ -190,16 +219,20 @@ class SearchQAEnv(TextEnv):
         if query is not None and answer is not None:
             return "Do one thing per reply: either <search>...</search> or <answer>...</answer>, not both."
         if query is None and answer is None:
-            return ("No action found. Write <search>your query</search> to search, or "
-                    "<answer>the answer</answer> to answer.")
+            return (
+                "No action found. Write <search>your query</search> to search, or "
+                "<answer>the answer</answer> to answer."
+            )
         if answer is not None:
             return None if answer else "The answer is empty: write <answer>the answer</answer>."
         assert query is not None
         if not query:
             return "The query is empty: write <search>some words</search>."
         if len(query) > MAX_QUERY_CHARS:
-            return (f"The query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}. "
-                    "Search with a few words.")
+            return (
+                f"The query has {len(query)} characters; the limit is {MAX_QUERY_CHARS}. "
+                "Search with a few words."
+            )
         return None
 
     def _search(self, query: str) -> str:
@@ -212,11 +245,13 @@ class SearchQAEnv(TextEnv):
         return "<information>" + "\n".join(docs) + "</information>"
 
     def _cut(self, text: str) -> str:
-        return text if len(text) <= self.max_passage_chars else text[:self.max_passage_chars] + "..."
+        return text if len(text) <= self.max_passage_chars else text[: self.max_passage_chars] + "..."
 
     def render_text(self) -> str:
-        return (f"{self._question.id}: {self._question.question} -> {self._question.answers[0]}; "
-                f"{self._turns}/{self.max_turns} replies; retrieved {sorted(self._titles)}")
+        return (
+            f"{self._question.id}: {self._question.question} -> {self._question.answers[0]}; "
+            f"{self._turns}/{self.max_turns} replies; retrieved {sorted(self._titles)}"
+        )
 
     def _info(self) -> dict[str, Any]:
         q = self._question

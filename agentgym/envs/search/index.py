@@ -69,8 +69,7 @@ def check_queries(queries: Any, k: Any) -> None:
         if not isinstance(query, str):
             raise TypeError(f"query {i} is a {type(query).__name__}, not a string")
         if len(query) > MAX_QUERY_CHARS:
-            raise ValueError(f"query {i} has {len(query)} characters; the limit is "
-                             f"{MAX_QUERY_CHARS}")
+            raise ValueError(f"query {i} has {len(query)} characters; the limit is {MAX_QUERY_CHARS}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
 
@@ -80,8 +79,9 @@ def tokenize(texts: Sequence[str], *, return_ids: bool) -> Any:
     removed (bm25s's tokenizer); ids into a fresh vocabulary with ``return_ids``, else strings."""
     import bm25s
 
-    return bm25s.tokenize(list(texts), lower=True, stopwords=_STOPWORDS, return_ids=return_ids,
-                          show_progress=False)
+    return bm25s.tokenize(
+        list(texts), lower=True, stopwords=_STOPWORDS, return_ids=return_ids, show_progress=False
+    )
 
 
 class BM25Index:
@@ -97,8 +97,9 @@ class BM25Index:
     # --- building -------------------------------------------------------------------------
 
     @classmethod
-    def build(cls, passages: Iterable[Passage], out_dir: str | os.PathLike[str], *,
-              overwrite: bool = False) -> BM25Index:
+    def build(
+        cls, passages: Iterable[Passage], out_dir: str | os.PathLike[str], *, overwrite: bool = False
+    ) -> BM25Index:
         """Index ``passages`` into ``out_dir`` (created; must not hold an index unless
         ``overwrite``) and load the result. The directory appears complete or not at all: the
         index is written next to it and renamed into place."""
@@ -106,8 +107,7 @@ class BM25Index:
 
         out = Path(out_dir)
         if out.exists() and any(out.iterdir()) and not overwrite:
-            raise FileExistsError(f"{out} is not empty; pass overwrite=True (--overwrite) to "
-                                  "replace it")
+            raise FileExistsError(f"{out} is not empty; pass overwrite=True (--overwrite) to replace it")
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out, mkdir=True) as tmp:
             texts, offsets, ids = [], [0], set()
@@ -124,16 +124,29 @@ class BM25Index:
                 raise ValueError("no passages to index")
             tokens = tokenize(texts, return_ids=True)
             if not tokens.vocab:
-                raise ValueError("the passages hold no indexable word (words of 2+ letters that "
-                                 "are not English stop words)")
+                raise ValueError(
+                    "the passages hold no indexable word (words of 2+ letters that "
+                    "are not English stop words)"
+                )
             bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
             bm25.index(tokens, show_progress=False)
             del texts
             bm25.save(str(tmp / "bm25"))
             np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-            (tmp / "index.json").write_text(json.dumps({
-                "format": FORMAT_VERSION, "passages": len(offsets) - 1, "scoring": "bm25s lucene",
-                "k1": 1.5, "b": 0.75, "stopwords": _STOPWORDS}, indent=1) + "\n")
+            (tmp / "index.json").write_text(
+                json.dumps(
+                    {
+                        "format": FORMAT_VERSION,
+                        "passages": len(offsets) - 1,
+                        "scoring": "bm25s lucene",
+                        "k1": 1.5,
+                        "b": 0.75,
+                        "stopwords": _STOPWORDS,
+                    },
+                    indent=1,
+                )
+                + "\n"
+            )
             if out.exists():
                 shutil.rmtree(out)
         return cls.load(out)
@@ -148,24 +161,31 @@ class BM25Index:
 
         root = Path(path)
         if not root.is_dir():
-            raise FileNotFoundError(f"no index directory at {root} (build one with "
-                                    f"`agentgym index CORPUS.jsonl {root}`)")
+            raise FileNotFoundError(
+                f"no index directory at {root} (build one with `agentgym index CORPUS.jsonl {root}`)"
+            )
         for name in _FILES:
             if not (root / name).exists():
-                raise FileNotFoundError(f"index {root} is incomplete: {root / name} is missing "
-                                        f"(rebuild it with `agentgym index CORPUS.jsonl {root}`)")
+                raise FileNotFoundError(
+                    f"index {root} is incomplete: {root / name} is missing "
+                    f"(rebuild it with `agentgym index CORPUS.jsonl {root}`)"
+                )
         meta = json.loads((root / "index.json").read_text())
         if meta.get("format") != FORMAT_VERSION:
-            raise ValueError(f"index {root} has format {meta.get('format')!r}; this agentgym "
-                             f"reads format {FORMAT_VERSION}: rebuild it")
+            raise ValueError(
+                f"index {root} has format {meta.get('format')!r}; this agentgym "
+                f"reads format {FORMAT_VERSION}: rebuild it"
+            )
         bm25 = bm25s.BM25.load(str(root / "bm25"), mmap=mmap_arrays, show_progress=False)
         offsets = np.load(root / "offsets.npy", mmap_mode="r" if mmap_arrays else None)
         with open(root / "passages.bin", "rb") as fh:
-            data: mmap.mmap | bytes = (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                                       if mmap_arrays else fh.read())
+            data: mmap.mmap | bytes = (
+                mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if mmap_arrays else fh.read()
+            )
         if len(offsets) != meta["passages"] + 1 or int(offsets[-1]) != len(data):
-            raise ValueError(f"index {root} is inconsistent: offsets.npy and passages.bin "
-                             "disagree; rebuild it")
+            raise ValueError(
+                f"index {root} is inconsistent: offsets.npy and passages.bin disagree; rebuild it"
+            )
         return cls(root, bm25, data, offsets)
 
     # --- reading --------------------------------------------------------------------------
@@ -189,8 +209,9 @@ class BM25Index:
                 continue
             scores = self._bm25.get_scores_from_ids(ids)
             top = self._top(scores, min(k, len(self)))
-            out.append([Hit(**asdict(self.passage(int(i))), score=float(scores[i]))
-                        for i in top if scores[i] > 0])
+            out.append(
+                [Hit(**asdict(self.passage(int(i))), score=float(scores[i])) for i in top if scores[i] > 0]
+            )
         return out
 
     @staticmethod

@@ -56,7 +56,7 @@ def create_app(retriever: Retriever, num_passages: int) -> Any:
         try:
             payload = json.loads(body)
             if not isinstance(payload, dict):
-                raise TypeError("the body must be a JSON object {\"queries\": [...], \"k\": N}")
+                raise TypeError('the body must be a JSON object {"queries": [...], "k": N}')
             queries, k = payload.get("queries"), payload.get("k", 10)
             check_queries(queries, k)
             assert queries is not None  # check_queries raised otherwise
@@ -70,8 +70,9 @@ def create_app(retriever: Retriever, num_passages: int) -> Any:
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"passages": num_passages})
 
-    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"]),
-                             Route("/health", health, methods=["GET"])])
+    return Starlette(
+        routes=[Route("/retrieve", retrieve, methods=["POST"]), Route("/health", health, methods=["GET"])]
+    )
 
 
 class RetrieverClient:
@@ -92,8 +93,9 @@ class RetrieverClient:
         except httpx.TransportError as exc:
             raise ConnectionError(f"retrieval service {self.endpoint} unreachable: {exc}") from exc
         if response.status_code in (400, 413):
-            raise ValueError(f"retrieval service refused the request: "
-                             f"{response.json().get('error', response.text)}")
+            raise ValueError(
+                f"retrieval service refused the request: {response.json().get('error', response.text)}"
+            )
         response.raise_for_status()
         return [[Hit(**h) for h in hits] for hits in response.json()["results"]]
 
@@ -113,8 +115,9 @@ class RetrieverClient:
 def main(argv: Sequence[str] | None = None) -> int:
     from agentgym.server.serve import serve_app
 
-    parser = argparse.ArgumentParser(prog="python -m agentgym.envs.search.service",
-                                     description="Serve a BM25 index over HTTP.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym.envs.search.service", description="Serve a BM25 index over HTTP."
+    )
     parser.add_argument("index", help="index directory (from `agentgym index`)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100, help="0 picks a free port")
@@ -126,8 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         index = BM25Index.load(args.index)
     except (FileNotFoundError, ValueError) as exc:
         raise SystemExit(f"retrieval service: {exc}") from None
-    serve_app(create_app(index, len(index)), args.host, args.port, uds=args.uds,
-              ready_file=args.ready_file, log_level=args.log_level)
+    serve_app(
+        create_app(index, len(index)),
+        args.host,
+        args.port,
+        uds=args.uds,
+        ready_file=args.ready_file,
+        log_level=args.log_level,
+    )
     return 0
 
 

@@ -38,8 +38,16 @@ from itertools import count, islice
 
 from agentgym import seeding
 
-__all__ = ["DEFAULT_NUM_ENTITIES", "MIN_ENTITIES", "SPLITS", "Passage", "Question", "World",
-           "generate_world", "iter_passages"]
+__all__ = [
+    "DEFAULT_NUM_ENTITIES",
+    "MIN_ENTITIES",
+    "SPLITS",
+    "Passage",
+    "Question",
+    "World",
+    "generate_world",
+    "iter_passages",
+]
 
 SPLITS: tuple[str, ...] = ("train", "dev", "test")
 DEFAULT_NUM_ENTITIES = 1200
@@ -92,15 +100,23 @@ class World:
 
 # Entities ----------------------------------------------------------------------------------------
 
-_SHARES = (("country", 0.04), ("city", 0.12), ("person", 0.40), ("org", 0.14), ("work", 0.20),
-           ("event", 0.10))
+_SHARES = (
+    ("country", 0.04),
+    ("city", 0.12),
+    ("person", 0.40),
+    ("org", 0.14),
+    ("work", 0.20),
+    ("event", 0.10),
+)
 #: Organization sectors: name endings, and the first year one may be founded.
 _SECTORS = {
     "press": (("Press", "Publishing", "Books"), 1785),
     "studio": (("Studios", "Pictures", "Films"), 1890),
     "label": (("Records", "Recordings", "Music"), 1920),
-    "society": (("Society", "Institute", "Guild", "Academy", "Company", "Bank", "Observatory",
-                 "Foundry", "Museum"), 1785),
+    "society": (
+        ("Society", "Institute", "Guild", "Academy", "Company", "Bank", "Observatory", "Foundry", "Museum"),
+        1785,
+    ),
 }
 _SECTOR_WEIGHTS = (0.2, 0.15, 0.15, 0.5)
 #: Work kinds: weight, the sector that publishes them, first year, and their creators' jobs.
@@ -111,31 +127,150 @@ _WORKS = {
 }
 #: Occupations and the first birth year each is open to.
 _OCCUPATIONS = (
-    ("novelist", 0), ("poet", 0), ("essayist", 0), ("historian", 0), ("film director", 1850),
-    ("filmmaker", 1850), ("composer", 0), ("singer", 0), ("songwriter", 0), ("cartographer", 0),
-    ("architect", 0), ("engineer", 0), ("botanist", 0), ("physician", 0), ("merchant", 0),
-    ("banker", 0), ("astronomer", 0), ("painter", 0), ("chemist", 0), ("diplomat", 0),
+    ("novelist", 0),
+    ("poet", 0),
+    ("essayist", 0),
+    ("historian", 0),
+    ("film director", 1850),
+    ("filmmaker", 1850),
+    ("composer", 0),
+    ("singer", 0),
+    ("songwriter", 0),
+    ("cartographer", 0),
+    ("architect", 0),
+    ("engineer", 0),
+    ("botanist", 0),
+    ("physician", 0),
+    ("merchant", 0),
+    ("banker", 0),
+    ("astronomer", 0),
+    ("painter", 0),
+    ("chemist", 0),
+    ("diplomat", 0),
 )
-_EVENT_NOUNS = ("Summit", "Exhibition", "Congress", "Fair", "Regatta", "Games", "Symposium",
-                "Festival", "Conference")
+_EVENT_NOUNS = (
+    "Summit",
+    "Exhibition",
+    "Congress",
+    "Fair",
+    "Regatta",
+    "Games",
+    "Symposium",
+    "Festival",
+    "Conference",
+)
 
-_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "k", "l", "m", "n", "p", "qu", "r",
-           "s", "sh", "st", "t", "th", "tr", "v", "w", "z")
+_ONSETS = (
+    "b",
+    "br",
+    "c",
+    "d",
+    "dr",
+    "f",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "qu",
+    "r",
+    "s",
+    "sh",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "w",
+    "z",
+)
 _VOWELS = ("a", "a", "e", "e", "i", "o", "o", "u", "ae", "ai", "ei", "ou")
 _CODAS = ("", "", "l", "n", "r", "s", "m", "nd", "rn", "st", "th", "ll")
-_PLACE_ENDS = ("moor", "wick", "holm", "ford", "mere", "gate", "dale", "haven", "by", "stead",
-               "bury", "port", "fell", "crest")
+_PLACE_ENDS = (
+    "moor",
+    "wick",
+    "holm",
+    "ford",
+    "mere",
+    "gate",
+    "dale",
+    "haven",
+    "by",
+    "stead",
+    "bury",
+    "port",
+    "fell",
+    "crest",
+)
 _LAND_ENDS = ("ia", "esse", "ar", "and", "ovia", "ene", "is", "ith", "mark")
-_ADJECTIVES = ("Amber", "Silent", "Hollow", "Crimson", "Distant", "Gilded", "Broken", "Quiet",
-               "Northern", "Iron", "Pale", "Wandering", "Last", "Winter", "Salt", "Glass",
-               "Burning", "Second", "Lonely", "Hidden", "Bright", "Velvet", "Copper", "Drowned",
-               "Narrow", "Golden", "Patient", "Restless", "Empty", "Sleeping")
-_NOUNS = ("Loom", "Harbor", "Lantern", "Orchard", "Compass", "Tide", "Garden", "Letter", "Bridge",
-          "Mirror", "Season", "Crown", "Archive", "Ledger", "Meadow", "Furnace", "Choir",
-          "Voyage", "Shore", "Signal", "Tower", "Window", "Engine", "Hour", "Map", "Wake",
-          "Orchid", "Anchor", "Kettle", "Threshold")
-_TITLES = ("The {a} {n}", "{n} of {w}", "The {a} {n} of {w}", "{a} {n}", "The {n} of {w}",
-           "{a} {n}s")
+_ADJECTIVES = (
+    "Amber",
+    "Silent",
+    "Hollow",
+    "Crimson",
+    "Distant",
+    "Gilded",
+    "Broken",
+    "Quiet",
+    "Northern",
+    "Iron",
+    "Pale",
+    "Wandering",
+    "Last",
+    "Winter",
+    "Salt",
+    "Glass",
+    "Burning",
+    "Second",
+    "Lonely",
+    "Hidden",
+    "Bright",
+    "Velvet",
+    "Copper",
+    "Drowned",
+    "Narrow",
+    "Golden",
+    "Patient",
+    "Restless",
+    "Empty",
+    "Sleeping",
+)
+_NOUNS = (
+    "Loom",
+    "Harbor",
+    "Lantern",
+    "Orchard",
+    "Compass",
+    "Tide",
+    "Garden",
+    "Letter",
+    "Bridge",
+    "Mirror",
+    "Season",
+    "Crown",
+    "Archive",
+    "Ledger",
+    "Meadow",
+    "Furnace",
+    "Choir",
+    "Voyage",
+    "Shore",
+    "Signal",
+    "Tower",
+    "Window",
+    "Engine",
+    "Hour",
+    "Map",
+    "Wake",
+    "Orchid",
+    "Anchor",
+    "Kettle",
+    "Threshold",
+)
+_TITLES = ("The {a} {n}", "{n} of {w}", "The {a} {n} of {w}", "{a} {n}", "The {n} of {w}", "{a} {n}s")
 #: Kinds that get namesakes: a share of their names reuse an earlier surname or stem.
 _NAMESAKE_RATE = {"person": 0.2, "city": 0.15, "org": 0.15, "event": 0.15}
 
@@ -176,15 +311,14 @@ class _Namer:
         if kind == "country":
             return self.word(rng.choice((1, 2))) + rng.choice(_LAND_ENDS)
         if kind in _WORKS:
-            return rng.choice(_TITLES).format(a=rng.choice(_ADJECTIVES), n=rng.choice(_NOUNS),
-                                              w=self.word(2))
+            return rng.choice(_TITLES).format(a=rng.choice(_ADJECTIVES), n=rng.choice(_NOUNS), w=self.word(2))
         return self.word(2)
 
     def variant(self, name: str) -> str:
         """``name`` with one vowel changed (not a ``u`` after ``q``)."""
         spots = [i for i, ch in enumerate(name) if ch in "aeiou" and name[i - 1] != "q"]
         i = self.rng.choice(spots)
-        return name[:i] + self.rng.choice([v for v in "aeiou" if v != name[i]]) + name[i + 1:]
+        return name[:i] + self.rng.choice([v for v in "aeiou" if v != name[i]]) + name[i + 1 :]
 
     def name(self, kind: str, sector: str = "") -> str:
         """A name no entity has yet, for an entity of ``kind`` (an organization's ``sector``)."""
@@ -233,22 +367,21 @@ def _entities(rng: random.Random, num_entities: int) -> list[_Entity]:
         es.append(entity)
         return len(es) - 1
 
-    countries = [add(_Entity("country", (name := namer.name("country")), name, 0))
-                 for _ in range(n["country"])]
+    countries = [
+        add(_Entity("country", (name := namer.name("country")), name, 0)) for _ in range(n["country"])
+    ]
     cities = []
     for i in range(n["city"]):
         country = countries[i] if i < len(countries) else rng.choice(countries)
         name = namer.name("city")
-        cities.append(add(_Entity("city", name, name, rng.randint(1000, 1750),
-                                  links={"country": country})))
+        cities.append(add(_Entity("city", name, name, rng.randint(1000, 1750), links={"country": country})))
         es[country].links.setdefault("capital", cities[-1])
     people = []
     for _ in range(n["person"]):
         born = rng.randint(1760, 1960)
         job = rng.choice([job for job, since in _OCCUPATIONS if since <= born])
         name = namer.name("person")
-        people.append(add(_Entity("person", name, name, born, job,
-                                  {"birthplace": rng.choice(cities)})))
+        people.append(add(_Entity("person", name, name, born, job, {"birthplace": rng.choice(cities)})))
     by_birth, orgs = _Timeline(es, people), []
     for _ in range(n["org"]):
         sector = rng.choices(list(_SECTORS), _SECTOR_WEIGHTS)[0]
@@ -256,9 +389,18 @@ def _entities(rng: random.Random, num_entities: int) -> list[_Entity]:
         founder = by_birth.draw(rng, founded - 60, founded - 25)
         if founder is not None:
             name = namer.name("org", sector)
-            orgs.append(add(_Entity("org", name, name if sector != "society" else f"the {name}",
-                                    founded, sector,
-                                    {"founder": founder, "headquarters": rng.choice(cities)})))
+            orgs.append(
+                add(
+                    _Entity(
+                        "org",
+                        name,
+                        name if sector != "society" else f"the {name}",
+                        founded,
+                        sector,
+                        {"founder": founder, "headquarters": rng.choice(cities)},
+                    )
+                )
+            )
     by_founding = _Timeline(es, orgs)
     for p in people:
         employer = by_founding.draw(rng, es[p].year - 60, es[p].year + 45)
@@ -269,8 +411,10 @@ def _entities(rng: random.Random, num_entities: int) -> list[_Entity]:
         if founded_by[es[o].links["founder"]] == 1:
             es[es[o].links["founder"]].links["founded"] = o
     publishers = {s: [o for o in orgs if es[o].trait == s] for s in _SECTORS}
-    creators = {kind: _Timeline(es, [p for p in people if es[p].trait in jobs])
-                for kind, (_, _, _, jobs) in _WORKS.items()}
+    creators = {
+        kind: _Timeline(es, [p for p in people if es[p].trait in jobs])
+        for kind, (_, _, _, jobs) in _WORKS.items()
+    }
     for _ in range(n["work"]):
         kind = rng.choices(list(_WORKS), [w[0] for w in _WORKS.values()])[0]
         sector, since = _WORKS[kind][1:3]
@@ -285,8 +429,15 @@ def _entities(rng: random.Random, num_entities: int) -> list[_Entity]:
     for _ in range(n["event"] if orgs else 0):
         organizer = rng.choice(orgs)
         name = namer.name("event")
-        add(_Entity("event", name, f"the {name}", rng.randint(max(es[organizer].year, 1850), 2020),
-                    links={"host": rng.choice(cities), "organizer": organizer}))
+        add(
+            _Entity(
+                "event",
+                name,
+                f"the {name}",
+                rng.randint(max(es[organizer].year, 1850), 2020),
+                links={"host": rng.choice(cities), "organizer": organizer},
+            )
+        )
     return es
 
 
@@ -305,169 +456,349 @@ class _Rel:
 
 _RELS: dict[tuple[str, str], _Rel] = {
     ("country", "capital"): _Rel(
-        ("The capital of {s} is {o}.", "{s} is governed from its capital, {o}.",
-         "{o} serves as the capital of {s}."),
-        ("What is the capital of {x}?", "Which city is the capital of {x}?"), "capital",
-        ("the capital of {x}", "the capital city of {x}")),
+        (
+            "The capital of {s} is {o}.",
+            "{s} is governed from its capital, {o}.",
+            "{o} serves as the capital of {s}.",
+        ),
+        ("What is the capital of {x}?", "Which city is the capital of {x}?"),
+        "capital",
+        ("the capital of {x}", "the capital city of {x}"),
+    ),
     ("city", "country"): _Rel(
-        ("{s} is a city in {o}.", "{s} lies in {o}.", "{s} is located in {o}.",
-         "{o} counts {s} among its cities."),
-        ("In which country is {x}?", "Which country contains {x}?"), "country",
-        ("the country where {x} is located", "the country containing {x}")),
+        (
+            "{s} is a city in {o}.",
+            "{s} lies in {o}.",
+            "{s} is located in {o}.",
+            "{o} counts {s} among its cities.",
+        ),
+        ("In which country is {x}?", "Which country contains {x}?"),
+        "country",
+        ("the country where {x} is located", "the country containing {x}"),
+    ),
     ("city", "year"): _Rel(
-        ("{s} was founded in {o}.", "{s} dates its founding to {o}.",
-         "The first settlement at {s} was established in {o}.", "Settlers founded {s} in {o}."),
-        ("In what year was {x} founded?", "When was {x} founded?"), "founded"),
+        (
+            "{s} was founded in {o}.",
+            "{s} dates its founding to {o}.",
+            "The first settlement at {s} was established in {o}.",
+            "Settlers founded {s} in {o}.",
+        ),
+        ("In what year was {x} founded?", "When was {x} founded?"),
+        "founded",
+    ),
     ("person", "year"): _Rel(
-        ("{s} was born in {o}.", "{s}'s year of birth was {o}.",
-         "Records give {o} as the year {s} was born.", "{s} came into the world in {o}."),
-        ("In what year was {x} born?", "When was {x} born?"), "born"),
+        (
+            "{s} was born in {o}.",
+            "{s}'s year of birth was {o}.",
+            "Records give {o} as the year {s} was born.",
+            "{s} came into the world in {o}.",
+        ),
+        ("In what year was {x} born?", "When was {x} born?"),
+        "born",
+    ),
     ("person", "occupation"): _Rel(
-        ("{s} worked as {o}.", "{s} was {o} by profession.", "By trade, {s} was {o}.",
-         "{s} made a living as {o}."),
-        ("What was the occupation of {x}?", "What did {x} do for a living?"), "occupation"),
+        (
+            "{s} worked as {o}.",
+            "{s} was {o} by profession.",
+            "By trade, {s} was {o}.",
+            "{s} made a living as {o}.",
+        ),
+        ("What was the occupation of {x}?", "What did {x} do for a living?"),
+        "occupation",
+    ),
     ("person", "birthplace"): _Rel(
-        ("{s} was born in {o}.", "{s} was a native of {o}.", "{o} was the birthplace of {s}.",
-         "{s} was born and raised in {o}."),
-        ("In which city was {x} born?", "Where was {x} born?"), "birthplace",
-        ("the birthplace of {x}", "the city where {x} was born")),
+        (
+            "{s} was born in {o}.",
+            "{s} was a native of {o}.",
+            "{o} was the birthplace of {s}.",
+            "{s} was born and raised in {o}.",
+        ),
+        ("In which city was {x} born?", "Where was {x} born?"),
+        "birthplace",
+        ("the birthplace of {x}", "the city where {x} was born"),
+    ),
     ("person", "employer"): _Rel(
-        ("{s} was employed by {o}.", "{s} worked for {o} for many years.", "{o} employed {s}.",
-         "{s} spent a long career at {o}."),
-        ("Which organization employed {x}?", "For which organization did {x} work?"), "employer",
-        ("the employer of {x}", "the organization that employed {x}")),
+        (
+            "{s} was employed by {o}.",
+            "{s} worked for {o} for many years.",
+            "{o} employed {s}.",
+            "{s} spent a long career at {o}.",
+        ),
+        ("Which organization employed {x}?", "For which organization did {x} work?"),
+        "employer",
+        ("the employer of {x}", "the organization that employed {x}"),
+    ),
     ("person", "founded"): _Rel(
         ("{s} founded {o}.", "{s} went on to establish {o}.", "{o} was set up by {s}."),
         ("Which organization did {x} found?", "What organization was founded by {x}?"),
-        "founded", ("the organization founded by {x}", "the organization that {x} established")),
+        "founded",
+        ("the organization founded by {x}", "the organization that {x} established"),
+    ),
     ("org", "year"): _Rel(
-        ("{s} was founded in {o}.", "{s} was established in {o}.", "{s} has operated since {o}.",
-         "{s} opened its doors in {o}."),
-        ("In what year was {x} founded?", "When was {x} established?"), "founded"),
+        (
+            "{s} was founded in {o}.",
+            "{s} was established in {o}.",
+            "{s} has operated since {o}.",
+            "{s} opened its doors in {o}.",
+        ),
+        ("In what year was {x} founded?", "When was {x} established?"),
+        "founded",
+    ),
     ("org", "founder"): _Rel(
-        ("{s} was founded by {o}.", "{o} founded {s}.", "{s} was established by {o}.",
-         "{o} is credited with founding {s}."),
-        ("Who founded {x}?", "Who was the founder of {x}?"), "founder",
-        ("the founder of {x}", "the person who founded {x}")),
+        (
+            "{s} was founded by {o}.",
+            "{o} founded {s}.",
+            "{s} was established by {o}.",
+            "{o} is credited with founding {s}.",
+        ),
+        ("Who founded {x}?", "Who was the founder of {x}?"),
+        "founder",
+        ("the founder of {x}", "the person who founded {x}"),
+    ),
     ("org", "headquarters"): _Rel(
-        ("{s} is headquartered in {o}.", "{s} has its headquarters in {o}.", "{s} is based in {o}.",
-         "The head office of {s} is in {o}."),
-        ("In which city is {x} headquartered?", "Where is {x} based?"), "headquarters",
-        ("the city where {x} is headquartered", "the headquarters city of {x}")),
+        (
+            "{s} is headquartered in {o}.",
+            "{s} has its headquarters in {o}.",
+            "{s} is based in {o}.",
+            "The head office of {s} is in {o}.",
+        ),
+        ("In which city is {x} headquartered?", "Where is {x} based?"),
+        "headquarters",
+        ("the city where {x} is headquartered", "the headquarters city of {x}"),
+    ),
     ("book", "year"): _Rel(
-        ("{s} was published in {o}.", "{s} first appeared in {o}.", "{s} came out in {o}.",
-         "The first edition of {s} is dated {o}."),
-        ("In what year was {x} published?", "When was {x} first published?"), "published"),
+        (
+            "{s} was published in {o}.",
+            "{s} first appeared in {o}.",
+            "{s} came out in {o}.",
+            "The first edition of {s} is dated {o}.",
+        ),
+        ("In what year was {x} published?", "When was {x} first published?"),
+        "published",
+    ),
     ("book", "creator"): _Rel(
-        ("{s} was written by {o}.", "{o} wrote {s}.", "{s} is a book by {o}.",
-         "{o} is the author of {s}."),
-        ("Who wrote {x}?", "Who is the author of {x}?"), "author",
-        ("the author of {x}", "the writer of {x}")),
+        ("{s} was written by {o}.", "{o} wrote {s}.", "{s} is a book by {o}.", "{o} is the author of {s}."),
+        ("Who wrote {x}?", "Who is the author of {x}?"),
+        "author",
+        ("the author of {x}", "the writer of {x}"),
+    ),
     ("book", "publisher"): _Rel(
-        ("{s} was published by {o}.", "{o} published {s}.", "{s} was issued by {o}.",
-         "{o} brought out {s}."),
-        ("Which company published {x}?", "Who published {x}?"), "publisher",
-        ("the publisher of {x}", "the company that published {x}")),
+        ("{s} was published by {o}.", "{o} published {s}.", "{s} was issued by {o}.", "{o} brought out {s}."),
+        ("Which company published {x}?", "Who published {x}?"),
+        "publisher",
+        ("the publisher of {x}", "the company that published {x}"),
+    ),
     ("film", "year"): _Rel(
         ("{s} premiered in {o}.", "{s} was released in {o}.", "{s} reached cinemas in {o}."),
-        ("In what year was {x} released?", "When did {x} premiere?"), "released"),
+        ("In what year was {x} released?", "When did {x} premiere?"),
+        "released",
+    ),
     ("film", "creator"): _Rel(
-        ("{s} was directed by {o}.", "{o} directed {s}.", "{s} is a film by {o}.",
-         "{o} was the director of {s}."),
-        ("Who directed {x}?", "Who was the director of {x}?"), "director",
-        ("the director of {x}", "the person who directed {x}")),
+        (
+            "{s} was directed by {o}.",
+            "{o} directed {s}.",
+            "{s} is a film by {o}.",
+            "{o} was the director of {s}.",
+        ),
+        ("Who directed {x}?", "Who was the director of {x}?"),
+        "director",
+        ("the director of {x}", "the person who directed {x}"),
+    ),
     ("film", "publisher"): _Rel(
-        ("{s} was produced by {o}.", "{o} produced {s}.", "{s} was made at {o}.",
-         "{o} was the studio behind {s}."),
-        ("Which studio produced {x}?", "Who produced {x}?"), "studio",
-        ("the studio that produced {x}", "the studio behind {x}")),
+        (
+            "{s} was produced by {o}.",
+            "{o} produced {s}.",
+            "{s} was made at {o}.",
+            "{o} was the studio behind {s}.",
+        ),
+        ("Which studio produced {x}?", "Who produced {x}?"),
+        "studio",
+        ("the studio that produced {x}", "the studio behind {x}"),
+    ),
     ("album", "year"): _Rel(
-        ("{s} was released in {o}.", "{s} came out in {o}.",
-         "{s} appeared in record shops in {o}."),
-        ("In what year was {x} released?", "When did {x} come out?"), "released"),
+        ("{s} was released in {o}.", "{s} came out in {o}.", "{s} appeared in record shops in {o}."),
+        ("In what year was {x} released?", "When did {x} come out?"),
+        "released",
+    ),
     ("album", "creator"): _Rel(
-        ("{s} was recorded by {o}.", "{o} recorded {s}.", "{s} is an album by {o}.",
-         "{o} is the artist behind {s}."),
-        ("Who recorded {x}?", "Which artist made {x}?"), "artist",
-        ("the artist who recorded {x}", "the musician behind {x}")),
+        (
+            "{s} was recorded by {o}.",
+            "{o} recorded {s}.",
+            "{s} is an album by {o}.",
+            "{o} is the artist behind {s}.",
+        ),
+        ("Who recorded {x}?", "Which artist made {x}?"),
+        "artist",
+        ("the artist who recorded {x}", "the musician behind {x}"),
+    ),
     ("album", "publisher"): _Rel(
-        ("{s} was released by {o}.", "{o} released {s}.", "{s} came out on {o}.",
-         "{o} was the label behind {s}."),
-        ("Which label released {x}?", "On which label did {x} come out?"), "label",
-        ("the label that released {x}", "the record label behind {x}")),
+        (
+            "{s} was released by {o}.",
+            "{o} released {s}.",
+            "{s} came out on {o}.",
+            "{o} was the label behind {s}.",
+        ),
+        ("Which label released {x}?", "On which label did {x} come out?"),
+        "label",
+        ("the label that released {x}", "the record label behind {x}"),
+    ),
     ("event", "year"): _Rel(
         ("{s} took place in {o}.", "{s} was held in {o}.", "{s} opened in {o}."),
-        ("In what year did {x} take place?", "When was {x} held?"), "year"),
+        ("In what year did {x} take place?", "When was {x} held?"),
+        "year",
+    ),
     ("event", "host"): _Rel(
-        ("{s} was hosted by the city of {o}.", "{o} hosted {s}.", "{s} was staged in {o}.",
-         "The venue for {s} was the city of {o}."),
-        ("In which city was {x} held?", "Where did {x} take place?"), "host city",
-        ("the host city of {x}", "the city that hosted {x}")),
+        (
+            "{s} was hosted by the city of {o}.",
+            "{o} hosted {s}.",
+            "{s} was staged in {o}.",
+            "The venue for {s} was the city of {o}.",
+        ),
+        ("In which city was {x} held?", "Where did {x} take place?"),
+        "host city",
+        ("the host city of {x}", "the city that hosted {x}"),
+    ),
     ("event", "organizer"): _Rel(
-        ("{s} was organized by {o}.", "{o} organized {s}.", "{s} was put on by {o}.",
-         "{o} was the organizer of {s}."),
-        ("Which organization organized {x}?", "Who organized {x}?"), "organizer",
-        ("the organizer of {x}", "the organization that put on {x}")),
+        (
+            "{s} was organized by {o}.",
+            "{o} organized {s}.",
+            "{s} was put on by {o}.",
+            "{o} was the organizer of {s}.",
+        ),
+        ("Which organization organized {x}?", "Who organized {x}?"),
+        "organizer",
+        ("the organizer of {x}", "the organization that put on {x}"),
+    ),
 }
 #: Comparison questions per kind of entity compared: (asking for the older, for the younger).
 _COMPARE: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "person": (("Who was born earlier, {a} or {b}?", "Who is older: {a} or {b}?"),
-               ("Who was born later, {a} or {b}?", "Who is younger: {a} or {b}?")),
-    "city": (("Which city was founded first, {a} or {b}?", "Which is older: {a} or {b}?"),
-             ("Which city was founded later, {a} or {b}?", "Which is younger: {a} or {b}?")),
-    "org": (("Which was founded first: {a} or {b}?", "Which organization is older, {a} or {b}?"),
-            ("Which was founded later: {a} or {b}?", "Which organization is younger, {a} or {b}?")),
-    "work": (("Which came out first, {a} or {b}?", "Which is older: {a} or {b}?"),
-             ("Which came out later, {a} or {b}?", "Which is more recent: {a} or {b}?")),
-    "event": (("Which took place first, {a} or {b}?", "Which happened earlier: {a} or {b}?"),
-              ("Which took place later, {a} or {b}?", "Which happened more recently: {a} or {b}?")),
+    "person": (
+        ("Who was born earlier, {a} or {b}?", "Who is older: {a} or {b}?"),
+        ("Who was born later, {a} or {b}?", "Who is younger: {a} or {b}?"),
+    ),
+    "city": (
+        ("Which city was founded first, {a} or {b}?", "Which is older: {a} or {b}?"),
+        ("Which city was founded later, {a} or {b}?", "Which is younger: {a} or {b}?"),
+    ),
+    "org": (
+        ("Which was founded first: {a} or {b}?", "Which organization is older, {a} or {b}?"),
+        ("Which was founded later: {a} or {b}?", "Which organization is younger, {a} or {b}?"),
+    ),
+    "work": (
+        ("Which came out first, {a} or {b}?", "Which is older: {a} or {b}?"),
+        ("Which came out later, {a} or {b}?", "Which is more recent: {a} or {b}?"),
+    ),
+    "event": (
+        ("Which took place first, {a} or {b}?", "Which happened earlier: {a} or {b}?"),
+        ("Which took place later, {a} or {b}?", "Which happened more recently: {a} or {b}?"),
+    ),
 }
 #: Sentences that state nothing, and how a passage refers to its subject besides by name.
 _FLAVOR = {
-    "country": ("{s} is known for its mountain passes.", "Much of {s} is farmland.",
-                "{s} has a long coastline dotted with fishing villages."),
-    "city": ("{s} is known for its covered markets.", "A river divides {s} into two quarters.",
-             "{s} has a long tradition of glassmaking.", "The old walls of {s} still stand."),
-    "person": ("{s} was known for a careful, unhurried manner.",
-               "Contemporaries described {s} as reserved but generous.",
-               "{s} kept detailed notebooks that survive in private hands.",
-               "Little is known about the early schooling of {s}."),
-    "org": ("{s} keeps a small archive open to visitors.", "{s} is known for its emblem.",
-            "Over time {s} grew well beyond its original size."),
-    "work": ("Critics were divided on {s} at first.", "{s} has been reissued several times.",
-             "{s} gained a devoted following."),
-    "event": ("Attendance at {s} exceeded expectations.", "{s} was widely covered in the press.",
-              "{s} drew visitors from many countries."),
+    "country": (
+        "{s} is known for its mountain passes.",
+        "Much of {s} is farmland.",
+        "{s} has a long coastline dotted with fishing villages.",
+    ),
+    "city": (
+        "{s} is known for its covered markets.",
+        "A river divides {s} into two quarters.",
+        "{s} has a long tradition of glassmaking.",
+        "The old walls of {s} still stand.",
+    ),
+    "person": (
+        "{s} was known for a careful, unhurried manner.",
+        "Contemporaries described {s} as reserved but generous.",
+        "{s} kept detailed notebooks that survive in private hands.",
+        "Little is known about the early schooling of {s}.",
+    ),
+    "org": (
+        "{s} keeps a small archive open to visitors.",
+        "{s} is known for its emblem.",
+        "Over time {s} grew well beyond its original size.",
+    ),
+    "work": (
+        "Critics were divided on {s} at first.",
+        "{s} has been reissued several times.",
+        "{s} gained a devoted following.",
+    ),
+    "event": (
+        "Attendance at {s} exceeded expectations.",
+        "{s} was widely covered in the press.",
+        "{s} drew visitors from many countries.",
+    ),
 }
-_PRONOUN = {"country": "the country", "city": "the city", "org": "the organization",
-            "book": "the book", "film": "the film", "album": "the album", "event": "the event"}
+_PRONOUN = {
+    "country": "the country",
+    "city": "the city",
+    "org": "the organization",
+    "book": "the book",
+    "film": "the film",
+    "album": "the album",
+    "event": "the event",
+}
 #: News: what happened to an entity in year {y}, perhaps in city {c}; and how the same issue
 #: goes on to state a fact of another entity.
 _NEWS = {
-    "country": ("In {y}, {s} held a closely watched general election.",
-                "{s} issued a new series of postage stamps in {y}."),
-    "city": ("In {y}, heavy rain flooded the lower streets of {s}.",
-             "A new stone bridge opened in {s} in {y}.",
-             "In {y}, a fire damaged several warehouses in {s}."),
-    "person": ("In {y}, {s} gave a public lecture in {c}.",
-               "{s} was photographed at a harbor festival in {c} in {y}.",
-               "In {y}, {s} attended a charity dinner in {c}.",
-               "Reporters caught up with {s} during a visit to {c} in {y}."),
-    "org": ("In {y}, {s} opened a small branch office in {c}.",
-            "{s} hosted a reception for visiting scholars in {c} in {y}.",
-            "In {y}, {s} announced a scholarship for students from {c}."),
-    "work": ("{s} was the subject of a retrospective in {c} in {y}.",
-             "In {y}, a club in {c} spent a month discussing {s}.",
-             "In {y}, critics in {c} revisited {s}."),
-    "event": ("In {y}, veterans of {s} gathered for a reunion in {c}.",
-              "Memorabilia from {s} went to auction in {c} in {y}."),
+    "country": (
+        "In {y}, {s} held a closely watched general election.",
+        "{s} issued a new series of postage stamps in {y}.",
+    ),
+    "city": (
+        "In {y}, heavy rain flooded the lower streets of {s}.",
+        "A new stone bridge opened in {s} in {y}.",
+        "In {y}, a fire damaged several warehouses in {s}.",
+    ),
+    "person": (
+        "In {y}, {s} gave a public lecture in {c}.",
+        "{s} was photographed at a harbor festival in {c} in {y}.",
+        "In {y}, {s} attended a charity dinner in {c}.",
+        "Reporters caught up with {s} during a visit to {c} in {y}.",
+    ),
+    "org": (
+        "In {y}, {s} opened a small branch office in {c}.",
+        "{s} hosted a reception for visiting scholars in {c} in {y}.",
+        "In {y}, {s} announced a scholarship for students from {c}.",
+    ),
+    "work": (
+        "{s} was the subject of a retrospective in {c} in {y}.",
+        "In {y}, a club in {c} spent a month discussing {s}.",
+        "In {y}, critics in {c} revisited {s}.",
+    ),
+    "event": (
+        "In {y}, veterans of {s} gathered for a reunion in {c}.",
+        "Memorabilia from {s} went to auction in {c} in {y}.",
+    ),
 }
-_ALSO = ("The same issue noted that {f}", "A sidebar in the same issue recalled that {f}",
-         "Elsewhere in the issue, a note recalled that {f}")
-_PAPERS = ("The Morning Ledger", "The Evening Courier", "The Weekly Herald", "The Northern Gazette",
-           "The Harbor Times", "The Provincial Review", "The Daily Chronicle", "The Sunday Packet")
-_MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September",
-           "October", "November", "December")
+_ALSO = (
+    "The same issue noted that {f}",
+    "A sidebar in the same issue recalled that {f}",
+    "Elsewhere in the issue, a note recalled that {f}",
+)
+_PAPERS = (
+    "The Morning Ledger",
+    "The Evening Courier",
+    "The Weekly Herald",
+    "The Northern Gazette",
+    "The Harbor Times",
+    "The Provincial Review",
+    "The Daily Chronicle",
+    "The Sunday Packet",
+)
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
 _NEWS_PER_ENTITY = 2
 
 
@@ -503,16 +834,19 @@ def _say(template: str, subject: str, value: str, *, start: bool = True) -> str:
 def _describe(rng: random.Random, es: list[_Entity], e: _Entity) -> str:
     """An entity's encyclopedia text: each fact once plus one remark, in shuffled order; the
     first sentence names it, later ones name it or refer to it otherwise."""
-    lines = [(rng.choice(_RELS[e.kind, fact].says), _value(es, e, fact, article=True))
-             for fact in _facts(e)] + [(rng.choice(_FLAVOR[_group(e.kind)]), "")]
+    lines = [
+        (rng.choice(_RELS[e.kind, fact].says), _value(es, e, fact, article=True)) for fact in _facts(e)
+    ] + [(rng.choice(_FLAVOR[_group(e.kind)]), "")]
     rng.shuffle(lines)
     other = e.name.split()[-1] if e.kind == "person" else _PRONOUN[e.kind]
-    return " ".join(_say(t, e.ref if k == 0 or rng.random() < 0.5 else other, o)
-                    for k, (t, o) in enumerate(lines))
+    return " ".join(
+        _say(t, e.ref if k == 0 or rng.random() < 0.5 else other, o) for k, (t, o) in enumerate(lines)
+    )
 
 
-def _news(rng: random.Random, es: list[_Entity], by_kind: dict[str, list[int]],
-          titles: set[str]) -> tuple[str, str]:
+def _news(
+    rng: random.Random, es: list[_Entity], by_kind: dict[str, list[int]], titles: set[str]
+) -> tuple[str, str]:
     """A dated news snippet (title, text) about a random entity that states none of its facts,
     then states one fact of another entity of the same kind. Its title is new to ``titles``."""
     e = es[rng.randrange(len(es))]
@@ -525,19 +859,26 @@ def _news(rng: random.Random, es: list[_Entity], by_kind: dict[str, list[int]],
     other = es[rng.choice(by_kind[e.kind])]
     if other is not e:
         fact = rng.choice(_facts(other))
-        clause = _say(rng.choice(_RELS[other.kind, fact].says), other.ref,
-                      _value(es, other, fact, article=True), start=False)
+        clause = _say(
+            rng.choice(_RELS[other.kind, fact].says),
+            other.ref,
+            _value(es, other, fact, article=True),
+            start=False,
+        )
         text += " " + rng.choice(_ALSO).format(f=clause)
     while True:
-        title = (f"{rng.choice(_PAPERS)}, {rng.randint(1, 28)} {rng.choice(_MONTHS)} {year}, "
-                 f"page {rng.randint(1, 12)}")
+        title = (
+            f"{rng.choice(_PAPERS)}, {rng.randint(1, 28)} {rng.choice(_MONTHS)} {year}, "
+            f"page {rng.randint(1, 12)}"
+        )
         if title not in titles:
             titles.add(title)
             return title, text
 
 
-def _corpus(rng: random.Random, num_entities: int,
-            first_id: int) -> tuple[list[_Entity], list[Passage], list[str]]:
+def _corpus(
+    rng: random.Random, num_entities: int, first_id: int
+) -> tuple[list[_Entity], list[Passage], list[str]]:
     """Entities, and all passages in shuffled order, numbered from ``first_id``; and the id of
     each entity's passage."""
     es = _entities(rng, num_entities)
@@ -552,7 +893,7 @@ def _corpus(rng: random.Random, num_entities: int,
     ids = [""] * len(drafts)
     for k, i in enumerate(order):
         ids[i] = f"p{first_id + k:06d}"
-    return es, [Passage(ids[i], *drafts[i]) for i in order], ids[:len(es)]
+    return es, [Passage(ids[i], *drafts[i]) for i in order], ids[: len(es)]
 
 
 # Questions ---------------------------------------------------------------------------------------
@@ -568,8 +909,7 @@ def _walk(rng: random.Random, es: list[_Entity], start: int, hops: int) -> _Path
     path, seen, e = [], {start}, start
     for hop in range(hops):
         links = es[e].links
-        options = [f for f in _facts(es[e]) if links.get(f) not in seen
-                   and (f in links or hop == hops - 1)]
+        options = [f for f in _facts(es[e]) if links.get(f) not in seen and (f in links or hop == hops - 1)]
         if not options:
             return None
         fact = rng.choice(options)
@@ -611,16 +951,21 @@ def _bridges(rng: random.Random, es: list[_Entity], pool: list[int], want: int) 
             seen.add(tuple(path))
             e, fact = path[-1]
             ask = rng.choice(_RELS[es[e].kind, fact].asks)
-            drafts.append((_cap(ask.format(x=_phrase(rng, es, path))),
-                           _answers(_value(es, es[e], fact)), "bridge", path))
+            drafts.append(
+                (
+                    _cap(ask.format(x=_phrase(rng, es, path))),
+                    _answers(_value(es, es[e], fact)),
+                    "bridge",
+                    path,
+                )
+            )
             made += 1
             if made == want:
                 break
     return drafts
 
 
-def _comparisons(rng: random.Random, es: list[_Entity], pool: list[int],
-                 want: int) -> list[_Draft]:
+def _comparisons(rng: random.Random, es: list[_Entity], pool: list[int], want: int) -> list[_Draft]:
     """Up to ``want`` distinct comparisons of each hop count 2..4 between entities of one kind,
     each named (one hop) or one link away from an entity of ``pool`` (two hops)."""
     named: dict[str, list[_Path]] = {}
@@ -646,8 +991,14 @@ def _comparisons(rng: random.Random, es: list[_Entity], pool: list[int],
             later = rng.random() < 0.5
             winner = a if (ya > yb) == later else b
             ask = rng.choice(_COMPARE[g][later])
-            drafts.append((ask.format(a=_phrase(rng, es, a), b=_phrase(rng, es, b)),
-                           _answers(es[winner[-1][0]].name), "comparison", a + b))
+            drafts.append(
+                (
+                    ask.format(a=_phrase(rng, es, a), b=_phrase(rng, es, b)),
+                    _answers(es[winner[-1][0]].name),
+                    "comparison",
+                    a + b,
+                )
+            )
             made += 1
             if made == want:
                 break
@@ -665,11 +1016,19 @@ def _questions(rng: random.Random, es: list[_Entity], passage_ids: list[str]) ->
         made += _comparisons(rng, es, pool, round(_COMPARISONS_PER_START * len(pool)))
         drafts += [(split, *draft) for draft in made]
     rng.shuffle(drafts)
-    return [Question(f"q{k:05d}", text, answers, kind, len(path),
-                     tuple(passage_ids[e] for e, _ in path),
-                     tuple(f"{es[e].name} {_RELS[es[e].kind, fact].query}" for e, fact in path),
-                     split)
-            for k, (split, text, answers, kind, path) in enumerate(drafts)]
+    return [
+        Question(
+            f"q{k:05d}",
+            text,
+            answers,
+            kind,
+            len(path),
+            tuple(passage_ids[e] for e, _ in path),
+            tuple(f"{es[e].name} {_RELS[es[e].kind, fact].query}" for e, fact in path),
+            split,
+        )
+        for k, (split, text, answers, kind, path) in enumerate(drafts)
+    ]
 
 
 # Public ------------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ from agentgym.registry import EnvManifest, FamilyPrompt
 from agentgym.registry import register as _register
 
 #: How agents of this family are told to act (every env of the family carries it).
-PROMPT = FamilyPrompt("You are an expert player of text games. Each turn you see the game's "
-                      "answer to your last action.")
+PROMPT = FamilyPrompt(
+    "You are an expert player of text games. Each turn you see the game's answer to your last action."
+)
 
 
 def register() -> None:
@@ -28,8 +29,7 @@ def register() -> None:
             description="ALFWorld-style household tasks: find, clean, heat, cool, light, place",
             family="textgames",
             prompt=PROMPT,
-            client_kwargs={"task_types": None, "num_rooms": 8, "max_steps": 1000,
-                           "invalid_penalty": None},
+            client_kwargs={"task_types": None, "num_rooms": 8, "max_steps": 1000, "invalid_penalty": None},
         ),
     )
     _register(

@@ -46,21 +46,24 @@ class GuessNumberEnv(TextEnv):
 
     def __init__(self, *, high: int = 8, max_guesses: int = 4, render_mode: str | None = None):
         super().__init__(render_mode)
-        for name, value, lowest, highest in (("high", high, 2, 1000),
-                                             ("max_guesses", max_guesses, 1, 10**6)):
+        for name, value, lowest, highest in (("high", high, 2, 1000), ("max_guesses", max_guesses, 1, 10**6)):
             if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-                raise ValueError(f"GuessNumberEnv: {name} must be an int in [{lowest}, {highest}], "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"GuessNumberEnv: {name} must be an int in [{lowest}, {highest}], got {value!r}"
+                )
         self.high, self.max_guesses = high, max_guesses
-        self.instruction = (f"I picked a secret whole number from 1 to {high}. Find it in at most "
-                            f"{max_guesses} guesses: reply with one number. After a wrong guess I "
-                            f"say whether the secret is higher or lower.")
+        self.instruction = (
+            f"I picked a secret whole number from 1 to {high}. Find it in at most "
+            f"{max_guesses} guesses: reply with one number. After a wrong guess I "
+            f"say whether the secret is higher or lower."
+        )
         self._secret = 0
         self._low, self._high, self._guesses = 1, high, 0
         self._success = False
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a game. ``options`` may hold ``task_id`` (the secret as a string, or ``None``
         to draw one); any other option raises ``ValueError``."""
         super().reset(seed=seed)
@@ -73,8 +76,9 @@ class GuessNumberEnv(TextEnv):
         else:
             secret = str(task_id).strip()
             if not secret.isdigit() or not 1 <= int(secret) <= self.high:
-                raise ValueError(f"GuessNumberEnv: task_id must be a number from 1 to {self.high}, "
-                                 f"got {task_id!r}")
+                raise ValueError(
+                    f"GuessNumberEnv: task_id must be a number from 1 to {self.high}, got {task_id!r}"
+                )
             self._secret = int(secret)
         self._low, self._high, self._guesses, self._success = 1, self.high, 0, False
         return f"{self._range()} {self._left()}", self._info()
@@ -82,8 +86,13 @@ class GuessNumberEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = normalize_action(coerce_action(action))
         if self._success or self._guesses >= self.max_guesses:
-            return ("The game is over; call reset() to start a new one.", 0.0, self._success,
-                    not self._success, self._info() | {"action_valid": False})
+            return (
+                "The game is over; call reset() to start a new one.",
+                0.0,
+                self._success,
+                not self._success,
+                self._info() | {"action_valid": False},
+            )
         self._guesses += 1
         guess = int(text) if _NUMBER.fullmatch(text) else None
         valid = guess is not None and 1 <= guess <= self.high
@@ -104,8 +113,10 @@ class GuessNumberEnv(TextEnv):
         return observation, float(self._success), self._success, truncated, info
 
     def render_text(self) -> str:
-        return (f"secret {self._secret}; consistent range {self._low}..{self._high}; "
-                f"{self._guesses}/{self.max_guesses} guesses used")
+        return (
+            f"secret {self._secret}; consistent range {self._low}..{self._high}; "
+            f"{self._guesses}/{self.max_guesses} guesses used"
+        )
 
     def _range(self) -> str:
         if self._low == self._high:
@@ -121,7 +132,7 @@ class GuessNumberEnv(TextEnv):
             "task_id": str(self._secret),
             "instruction": self.instruction,
             "state_key": f"guess/{self.high}/{self._secret}|{self._low}-{self._high}|"
-                         f"{self.max_guesses - self._guesses}",
+            f"{self.max_guesses - self._guesses}",
             "admissible_actions": [str(n) for n in range(1, self.high + 1)],
             "success": self._success,
             "ground_truth": str(self._secret),

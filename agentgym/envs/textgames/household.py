@@ -35,12 +35,23 @@ from typing import Any, ClassVar
 
 from agentgym.env import TextEnv, coerce_action, normalize_action
 
-__all__ = ["TASK_TYPES", "House", "HouseholdEnv", "HouseholdTask", "expert_action", "generate",
-           "parse_task_id"]
+__all__ = [
+    "TASK_TYPES",
+    "House",
+    "HouseholdEnv",
+    "HouseholdTask",
+    "expert_action",
+    "generate",
+    "parse_task_id",
+]
 
 TASK_TYPES: tuple[str, ...] = (
-    "pick_and_place", "look_at_obj_in_light", "pick_clean_then_place", "pick_heat_then_place",
-    "pick_cool_then_place", "pick_two_obj_and_place",
+    "pick_and_place",
+    "look_at_obj_in_light",
+    "pick_clean_then_place",
+    "pick_heat_then_place",
+    "pick_cool_then_place",
+    "pick_two_obj_and_place",
 )
 _LOOK, _TWO = "look_at_obj_in_light", "pick_two_obj_and_place"
 CLEAN, HEAT, COOL = "clean", "heat", "cool"
@@ -64,19 +75,46 @@ _AFFORDANCES: dict[str, frozenset[str]] = {
         (("bread",), (HEAT, COOL)),
         (("bowl", "lettuce", "pan", "pot"), (CLEAN, COOL)),
         (("winebottle",), (COOL,)),
-        (("butterknife", "cloth", "dishsponge", "fork", "knife", "ladle", "soapbar", "spatula",
-          "spoon"), (CLEAN,)),
-        (("alarmclock", "book", "candle", "cd", "cellphone", "creditcard", "keychain", "laptop",
-          "newspaper", "pen", "pencil", "peppershaker", "pillow", "remotecontrol", "saltshaker",
-          "soapbottle", "spraybottle", "statue", "toiletpaper", "towel", "vase", "watch"), ()),
+        (
+            ("butterknife", "cloth", "dishsponge", "fork", "knife", "ladle", "soapbar", "spatula", "spoon"),
+            (CLEAN,),
+        ),
+        (
+            (
+                "alarmclock",
+                "book",
+                "candle",
+                "cd",
+                "cellphone",
+                "creditcard",
+                "keychain",
+                "laptop",
+                "newspaper",
+                "pen",
+                "pencil",
+                "peppershaker",
+                "pillow",
+                "remotecontrol",
+                "saltshaker",
+                "soapbottle",
+                "spraybottle",
+                "statue",
+                "toiletpaper",
+                "towel",
+                "vase",
+                "watch",
+            ),
+            (),
+        ),
     )
     for name in names
 }
 _LAMPS = ("desklamp", "floorlamp")
 _LAMP_HOSTS = frozenset({"desk", "dresser", "sidetable"})
 _OPENABLE = frozenset({"cabinet", "drawer", "fridge", "microwave"})
-_IN = frozenset({"bathtubbasin", "cabinet", "coffeemachine", "drawer", "fridge", "garbagecan",
-                 "microwave", "sinkbasin"})
+_IN = frozenset(
+    {"bathtubbasin", "cabinet", "coffeemachine", "drawer", "fridge", "garbagecan", "microwave", "sinkbasin"}
+)
 _APPLIANCES = {"fridge": COOL, "microwave": HEAT, "sinkbasin": CLEAN, "stoveburner": HEAT}
 
 
@@ -90,37 +128,113 @@ class _RoomTemplate:
 
 _ROOMS: dict[str, _RoomTemplate] = {
     "kitchen": _RoomTemplate(
-        (("cabinet", 2, 5), ("coffeemachine", 1, 1), ("countertop", 1, 2), ("diningtable", 0, 1),
-         ("drawer", 1, 3), ("fridge", 1, 1), ("garbagecan", 1, 1), ("microwave", 1, 1),
-         ("shelf", 0, 2), ("sinkbasin", 1, 1), ("stoveburner", 1, 2)),
-        ("apple", "bowl", "bread", "butterknife", "cup", "dishsponge", "egg", "fork", "knife",
-         "ladle", "lettuce", "mug", "pan", "peppershaker", "plate", "pot", "potato", "saltshaker",
-         "spatula", "spoon", "tomato", "winebottle"),
+        (
+            ("cabinet", 2, 5),
+            ("coffeemachine", 1, 1),
+            ("countertop", 1, 2),
+            ("diningtable", 0, 1),
+            ("drawer", 1, 3),
+            ("fridge", 1, 1),
+            ("garbagecan", 1, 1),
+            ("microwave", 1, 1),
+            ("shelf", 0, 2),
+            ("sinkbasin", 1, 1),
+            ("stoveburner", 1, 2),
+        ),
+        (
+            "apple",
+            "bowl",
+            "bread",
+            "butterknife",
+            "cup",
+            "dishsponge",
+            "egg",
+            "fork",
+            "knife",
+            "ladle",
+            "lettuce",
+            "mug",
+            "pan",
+            "peppershaker",
+            "plate",
+            "pot",
+            "potato",
+            "saltshaker",
+            "spatula",
+            "spoon",
+            "tomato",
+            "winebottle",
+        ),
         (6, 10),
     ),
     "living room": _RoomTemplate(
-        (("armchair", 0, 1), ("cabinet", 0, 2), ("coffeetable", 1, 1), ("drawer", 0, 2),
-         ("garbagecan", 0, 1), ("shelf", 1, 2), ("sidetable", 1, 2), ("sofa", 1, 1),
-         ("tvstand", 0, 1)),
-        ("book", "cellphone", "creditcard", "keychain", "laptop", "newspaper", "pillow",
-         "remotecontrol", "statue", "vase", "watch"),
+        (
+            ("armchair", 0, 1),
+            ("cabinet", 0, 2),
+            ("coffeetable", 1, 1),
+            ("drawer", 0, 2),
+            ("garbagecan", 0, 1),
+            ("shelf", 1, 2),
+            ("sidetable", 1, 2),
+            ("sofa", 1, 1),
+            ("tvstand", 0, 1),
+        ),
+        (
+            "book",
+            "cellphone",
+            "creditcard",
+            "keychain",
+            "laptop",
+            "newspaper",
+            "pillow",
+            "remotecontrol",
+            "statue",
+            "vase",
+            "watch",
+        ),
         (4, 8),
         (("floorlamp", 1.0), ("desklamp", 0.5)),
     ),
     "bedroom": _RoomTemplate(
-        (("bed", 1, 1), ("desk", 0, 1), ("drawer", 1, 3), ("dresser", 1, 1), ("garbagecan", 1, 1),
-         ("shelf", 0, 2), ("sidetable", 1, 2)),
-        ("alarmclock", "book", "bowl", "cd", "cellphone", "creditcard", "keychain", "laptop", "mug",
-         "pen", "pencil", "pillow"),
+        (
+            ("bed", 1, 1),
+            ("desk", 0, 1),
+            ("drawer", 1, 3),
+            ("dresser", 1, 1),
+            ("garbagecan", 1, 1),
+            ("shelf", 0, 2),
+            ("sidetable", 1, 2),
+        ),
+        (
+            "alarmclock",
+            "book",
+            "bowl",
+            "cd",
+            "cellphone",
+            "creditcard",
+            "keychain",
+            "laptop",
+            "mug",
+            "pen",
+            "pencil",
+            "pillow",
+        ),
         (4, 8),
         (("desklamp", 1.0),),
     ),
     "bathroom": _RoomTemplate(
-        (("bathtubbasin", 0, 1), ("cabinet", 1, 3), ("countertop", 1, 1), ("drawer", 0, 2),
-         ("garbagecan", 1, 1), ("shelf", 0, 1), ("sinkbasin", 1, 2), ("toilet", 1, 1),
-         ("towelholder", 0, 1)),
-        ("candle", "cloth", "dishsponge", "soapbar", "soapbottle", "spraybottle", "toiletpaper",
-         "towel"),
+        (
+            ("bathtubbasin", 0, 1),
+            ("cabinet", 1, 3),
+            ("countertop", 1, 1),
+            ("drawer", 0, 2),
+            ("garbagecan", 1, 1),
+            ("shelf", 0, 1),
+            ("sinkbasin", 1, 2),
+            ("toilet", 1, 1),
+            ("towelholder", 0, 1),
+        ),
+        ("candle", "cloth", "dishsponge", "soapbar", "soapbottle", "spraybottle", "toiletpaper", "towel"),
         (3, 6),
     ),
 }
@@ -136,10 +250,15 @@ _TASK_ID = re.compile(r"([a-z_]+)/(0|[1-9][0-9]*)")  # canonical ids only, so th
 _PUT = re.compile(r"put (.+?) (?:in/on|in|on) (.+)")
 # ALFWorld command forms: a command of one of these forms naming things of this house is
 # answered "Nothing happens." when it is not admissible; anything else gets an explanation.
-_GRAMMAR = tuple(re.compile(p) for p in (
-    r"(?:go to|open|close|examine|use) (.+)", r"take (.+) from (.+)",
-    r"put (.+) (?:in/on|in|on) (.+)", r"(?:clean|heat|cool) (.+) with (.+)",
-))
+_GRAMMAR = tuple(
+    re.compile(p)
+    for p in (
+        r"(?:go to|open|close|examine|use) (.+)",
+        r"take (.+) from (.+)",
+        r"put (.+) (?:in/on|in|on) (.+)",
+        r"(?:clean|heat|cool) (.+) with (.+)",
+    )
+)
 _LONGEST_COMMAND = 120
 
 
@@ -225,16 +344,21 @@ class House:
     (subset of clean/heat/cool) and ``lamp_on[i]``. Transition methods return the observation.
     """
 
-    def __init__(self, rooms: Sequence[str], exits: Sequence[Sequence[int]],
-                 receptacles: Sequence[Receptacle], items: Sequence[Item],
-                 placement: Sequence[int], start_room: int):
+    def __init__(
+        self,
+        rooms: Sequence[str],
+        exits: Sequence[Sequence[int]],
+        receptacles: Sequence[Receptacle],
+        items: Sequence[Item],
+        placement: Sequence[int],
+        start_room: int,
+    ):
         self.rooms = tuple(rooms)
         self.exits = tuple(tuple(e) for e in exits)
         self.receptacles = tuple(receptacles)
         self.items = tuple(items)
         self.room_receptacles = tuple(
-            tuple(r for r, rec in enumerate(receptacles) if rec.room == room)
-            for room in range(len(rooms))
+            tuple(r for r, rec in enumerate(receptacles) if rec.room == room) for room in range(len(rooms))
         )
         self.hops, self.next_hop = _shortest_paths(self.exits)
         self.receptacle_index = {rec.name: r for r, rec in enumerate(receptacles)}
@@ -243,8 +367,7 @@ class House:
         self.room, self.at, self.held = start_room, _NONE, _NONE
         self.is_open = [False] * len(receptacles)
         self.where = list(placement)
-        self.contents = [[i for i, r in enumerate(placement) if r == rec]
-                         for rec in range(len(receptacles))]
+        self.contents = [[i for i, r in enumerate(placement) if r == rec] for rec in range(len(receptacles))]
         self.flags: list[frozenset[str]] = [frozenset()] * len(items)
         self.lamp_on = [False] * len(items)
 
@@ -271,16 +394,24 @@ class House:
     def goal_reached(self, task: HouseholdTask) -> bool:
         """Whether the true state satisfies ``task`` (see the module docstring's table)."""
         if task.task_type == _LOOK:
-            return (self.held != _NONE and self.items[self.held].cls == task.object_class
-                    and self.at != _NONE and any(
-                        self.lamp_on[i] and self.items[i].cls == task.target_class
-                        for i in self.contents[self.at]))
+            return (
+                self.held != _NONE
+                and self.items[self.held].cls == task.object_class
+                and self.at != _NONE
+                and any(
+                    self.lamp_on[i] and self.items[i].cls == task.target_class for i in self.contents[self.at]
+                )
+            )
         need = 2 if task.task_type == _TWO else 1
         return any(
-            sum(self.items[i].cls == task.object_class
+            sum(
+                self.items[i].cls == task.object_class
                 and (task.transform is None or task.transform in self.flags[i])
-                for i in self.contents[r]) >= need
-            for r, rec in enumerate(self.receptacles) if rec.cls == task.target_class
+                for i in self.contents[r]
+            )
+            >= need
+            for r, rec in enumerate(self.receptacles)
+            if rec.cls == task.target_class
         )
 
     def state_key(self) -> str:
@@ -355,8 +486,10 @@ class House:
     def describe_room(self, opening: str) -> str:
         seen = _listing([self.receptacles[r].name for r in self.room_receptacles[self.room]])
         exits = ", ".join(self.rooms[room] for room in self.exits[self.room]) or "none"
-        return (f"{opening} the {self.rooms[self.room]}. Looking quickly around you, you see "
-                f"{seen}. Exits: {exits}.")
+        return (
+            f"{opening} the {self.rooms[self.room]}. Looking quickly around you, you see "
+            f"{seen}. Exits: {exits}."
+        )
 
     def describe_receptacle(self, r: int) -> str:
         rec = self.receptacles[r]
@@ -372,8 +505,10 @@ class House:
     def look(self) -> str:
         if self.at == _NONE:
             return self.describe_room("You are in the middle of")
-        return (f"You are facing the {self.receptacles[self.at].name} in the "
-                f"{self.rooms[self.room]}. {self.describe_receptacle(self.at)}")
+        return (
+            f"You are facing the {self.receptacles[self.at].name} in the "
+            f"{self.rooms[self.room]}. {self.describe_receptacle(self.at)}"
+        )
 
     def inventory(self) -> str:
         if self.held == _NONE:
@@ -440,9 +575,16 @@ class _Draft:
         for room, name in enumerate(rooms):
             for cls, fewest, most in _ROOMS[name].receptacles:
                 for _ in range(rng.randint(fewest, most)):
-                    self.receptacles.append(Receptacle(
-                        self._number(cls), cls, room, cls in _OPENABLE, _preposition(cls),
-                        _APPLIANCES.get(cls)))
+                    self.receptacles.append(
+                        Receptacle(
+                            self._number(cls),
+                            cls,
+                            room,
+                            cls in _OPENABLE,
+                            _preposition(cls),
+                            _APPLIANCES.get(cls),
+                        )
+                    )
         self.items: list[Item] = []
         self.placement: list[int] = []
 
@@ -452,13 +594,13 @@ class _Draft:
 
     def spawn(self, cls: str, room: int, allowed: Callable[[Receptacle], bool]) -> None:
         choices = [r for r, rec in enumerate(self.receptacles) if rec.room == room and allowed(rec)]
-        self.items.append(Item(self._number(cls), cls, _AFFORDANCES.get(cls, frozenset()),
-                               cls in _LAMPS))
+        self.items.append(Item(self._number(cls), cls, _AFFORDANCES.get(cls, frozenset()), cls in _LAMPS))
         self.placement.append(self.rng.choice(choices))
 
 
-def generate(task_type: str, world_seed: int, room_range: tuple[int, int] = (2, 4)
-             ) -> tuple[House, HouseholdTask]:
+def generate(
+    task_type: str, world_seed: int, room_range: tuple[int, int] = (2, 4)
+) -> tuple[House, HouseholdTask]:
     """Build the house and task of ``task_type/world_seed``, with a room count in ``room_range``.
 
     Deterministic in every process (``random.Random`` seeded with the task id's text, which it
@@ -483,8 +625,14 @@ def generate(task_type: str, world_seed: int, room_range: tuple[int, int] = (2, 
                 draft.spawn(lamp, room, lambda rec: rec.cls in _LAMP_HOSTS)
 
     transform = _TRANSFORMS.get(task_type)
-    classes = sorted({cls for name in rooms for cls in _ROOMS[name].items
-                      if transform is None or transform in _AFFORDANCES[cls]})
+    classes = sorted(
+        {
+            cls
+            for name in rooms
+            for cls in _ROOMS[name].items
+            if transform is None or transform in _AFFORDANCES[cls]
+        }
+    )
     object_class = rng.choice(classes)
     if task_type == _LOOK:
         target_class = rng.choice(sorted({item.cls for item in draft.items}))
@@ -507,9 +655,9 @@ def generate(task_type: str, world_seed: int, room_range: tuple[int, int] = (2, 
         draft.spawn(object_class, rng.choice(homes), allowed(object_class))
 
     instruction = rng.choice(_TEMPLATES[task_type]).format(
-        o=object_class, t=target_class, p=_preposition(target_class))
-    house = House(rooms, exits, draft.receptacles, draft.items, draft.placement,
-                  rng.randrange(len(rooms)))
+        o=object_class, t=target_class, p=_preposition(target_class)
+    )
+    house = House(rooms, exits, draft.receptacles, draft.items, draft.placement, rng.randrange(len(rooms)))
     return house, HouseholdTask(task_type, world_seed, object_class, target_class, instruction)
 
 
@@ -550,8 +698,7 @@ def _place_target(house: House, task: HouseholdTask) -> int:
     on ties, so the choice does not flip as the agent walks); else the nearest."""
     targets = [r for r, rec in enumerate(house.receptacles) if rec.cls == task.target_class]
     if task.task_type == _TWO:
-        counts = {r: sum(house.items[i].cls == task.object_class for i in house.contents[r])
-                  for r in targets}
+        counts = {r: sum(house.items[i].cls == task.object_class for i in house.contents[r]) for r in targets}
         best = max(counts.values())
         if best:
             return min(r for r in targets if counts[r] == best)
@@ -584,11 +731,11 @@ def expert_action(house: House, task: HouseholdTask) -> str:
         return _fetch(house, wanted)
     name = house.items[house.held].name
     if task.transform is not None and task.transform not in house.flags[house.held]:
-        appliance = _nearest(house, [r for r, rec in enumerate(house.receptacles)
-                                     if rec.appliance == task.transform])
+        appliance = _nearest(
+            house, [r for r, rec in enumerate(house.receptacles) if rec.appliance == task.transform]
+        )
         rec = house.receptacles[appliance]
-        return _walk_and(house, appliance, f"{task.transform} {name} with {rec.name}",
-                         needs_open=False)
+        return _walk_and(house, appliance, f"{task.transform} {name} with {rec.name}", needs_open=False)
     rec = house.receptacles[target]
     return _walk_and(house, target, f"put {name} {rec.preposition} {rec.name}")
 
@@ -612,11 +759,15 @@ def _check_num_rooms(num_rooms: int | tuple[int, int]) -> tuple[int, int]:
         bounds: tuple[Any, ...] = (num_rooms, num_rooms)
     else:
         bounds = tuple(num_rooms) if isinstance(num_rooms, Sequence) else ()
-    if (len(bounds) != 2 or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
-            or not 1 <= bounds[0] <= bounds[1] <= len(_ROOM_NAMES)):
+    if (
+        len(bounds) != 2
+        or any(isinstance(b, bool) or not isinstance(b, int) for b in bounds)
+        or not 1 <= bounds[0] <= bounds[1] <= len(_ROOM_NAMES)
+    ):
         raise ValueError(
             f"HouseholdEnv: num_rooms must be an int or a (fewest, most) pair with "
-            f"1 <= fewest <= most <= {len(_ROOM_NAMES)}, got {num_rooms!r}")
+            f"1 <= fewest <= most <= {len(_ROOM_NAMES)}, got {num_rooms!r}"
+        )
     return bounds[0], bounds[1]
 
 
@@ -627,7 +778,8 @@ def parse_task_id(task_id: Any) -> tuple[str, int]:
     if match is None or match[1] not in TASK_TYPES:
         raise ValueError(
             f"HouseholdEnv: malformed task_id {task_id!r}; expected '<task type>/<world seed>', "
-            f"e.g. 'pick_heat_then_place/1234', with a task type among: {', '.join(TASK_TYPES)}")
+            f"e.g. 'pick_heat_then_place/1234', with a task type among: {', '.join(TASK_TYPES)}"
+        )
     return match[1], int(match[2])
 
 
@@ -652,18 +804,27 @@ class HouseholdEnv(TextEnv):
     family: ClassVar[str] = "textgames"
     step_in_thread: ClassVar[bool] = False  # a step takes microseconds
 
-    def __init__(self, task_types: Sequence[str] | None = None,
-                 num_rooms: int | tuple[int, int] = (2, 4), max_steps: int = 50,
-                 invalid_penalty: float = 0.0, render_mode: str | None = None):
+    def __init__(
+        self,
+        task_types: Sequence[str] | None = None,
+        num_rooms: int | tuple[int, int] = (2, 4),
+        max_steps: int = 50,
+        invalid_penalty: float = 0.0,
+        render_mode: str | None = None,
+    ):
         super().__init__(render_mode=render_mode)
         self.task_types = _check_task_types(task_types)
         self.room_range = _check_num_rooms(num_rooms)
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise ValueError(f"HouseholdEnv: max_steps must be an int >= 1, got {max_steps!r}")
-        if not (isinstance(invalid_penalty, (int, float)) and math.isfinite(invalid_penalty)
-                and invalid_penalty >= 0):
+        if not (
+            isinstance(invalid_penalty, (int, float))
+            and math.isfinite(invalid_penalty)
+            and invalid_penalty >= 0
+        ):
             raise ValueError(
-                f"HouseholdEnv: invalid_penalty must be a finite number >= 0, got {invalid_penalty!r}")
+                f"HouseholdEnv: invalid_penalty must be a finite number >= 0, got {invalid_penalty!r}"
+            )
         self.max_steps = max_steps
         self.invalid_penalty = float(invalid_penalty)
         self._house: House | None = None
@@ -674,8 +835,9 @@ class HouseholdEnv(TextEnv):
         self._steps = 0
         self._success = False
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         unknown = sorted(set(options or {}) - {"task_id"})
         if unknown:
@@ -695,8 +857,13 @@ class HouseholdEnv(TextEnv):
         text = coerce_action(action)
         house = self._require_reset()
         if self._success or self._steps >= self.max_steps:
-            return ("The episode is over; call reset() to start a new one.", 0.0, self._success,
-                    not self._success, self._info(action_valid=False))
+            return (
+                "The episode is over; call reset() to start a new one.",
+                0.0,
+                self._success,
+                not self._success,
+                self._info(action_valid=False),
+            )
         self._steps += 1
         # Admissible actions are already in normal form, so this is match_action's answer.
         command = house.canonical(normalize_action(text))
@@ -739,8 +906,10 @@ class HouseholdEnv(TextEnv):
     def _unavailable(self) -> str:
         actions = self._sorted_actions
         examples = actions[:: max(1, math.ceil(len(actions) / 6))]
-        return ("That action is not available here. Write exactly one admissible action, "
-                f"such as: {'; '.join(examples)}. Type 'look' to see where you are.")
+        return (
+            "That action is not available here. Write exactly one admissible action, "
+            f"such as: {'; '.join(examples)}. Type 'look' to see where you are."
+        )
 
     def _info(self, action_valid: bool | None = None) -> dict[str, Any]:
         task = self._task

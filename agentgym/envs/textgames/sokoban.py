@@ -50,9 +50,7 @@ SOLVED_REWARD = 10.0
 MIN_DIM, MAX_DIM = 5, 30
 
 INSTRUCTION = "Push every box (X) onto a target (O). Actions: up, down, left, right."
-LEGEND = (
-    "Legend: # wall, _ floor, O target, X box, √ box on target, P player, S player on target."
-)
+LEGEND = "Legend: # wall, _ floor, O target, X box, √ box on target, P player, S player on target."
 _SHOWN_ACTION_CHARS = 40
 _TASK_ID = re.compile(r"[0-9]{1,20}")
 #: Level seeds that ``reset`` without a ``task_id`` draws from.
@@ -465,9 +463,7 @@ class SokobanEnv(TextEnv):
             outcome, after = before.move(direction)
             message = _MESSAGES[outcome].format(direction)
         self._level = after
-        reward = STEP_PENALTY + BOX_ON_TARGET_REWARD * (
-            after.boxes_on_target - before.boxes_on_target
-        )
+        reward = STEP_PENALTY + BOX_ON_TARGET_REWARD * (after.boxes_on_target - before.boxes_on_target)
         if after.solved and not before.solved:
             reward += SOLVED_REWARD
         terminated = after.solved

@@ -20,8 +20,10 @@ PROMPT = FamilyPrompt(
     response_format=(
         'Each reply does one thing. To call a tool, write <tool_call>{"name": "...", '
         '"arguments": {...}}</tool_call>; its result comes back in the next message. When '
-        "you are done, write <answer>your answer</answer>."),
-    answer_template="<answer>{}</answer>")
+        "you are done, write <answer>your answer</answer>."
+    ),
+    answer_template="<answer>{}</answer>",
+)
 
 
 def register() -> None:
@@ -38,7 +40,12 @@ def register() -> None:
             # A server hosts many sessions, each with a sandbox of its own for its tools.
             resources=Resources(memory_mb=2048, pids=2048, nested_sandboxes=True),
             # Not isolate: it turns the tools' sandbox off.
-            client_kwargs={"tasks": None, "split": None, "max_turns": 50, "timeout_s": 60,
-                           "max_output_chars": 20_000},
+            client_kwargs={
+                "tasks": None,
+                "split": None,
+                "max_turns": 50,
+                "timeout_s": 60,
+                "max_output_chars": 20_000,
+            },
         ),
     )

@@ -54,9 +54,21 @@ from agentgym import seeding
 from agentgym.envs.tooluse.apps import COLLECTIONS, NOW, call, empty_state, new_id
 from agentgym.seeding import SPLITS
 
-__all__ = ["DEFAULT_NUM_TASKS", "MAX_LISTING_CHARS", "SPLITS", "TEMPLATES", "AppTask",
-           "CheckResult", "answer_matches", "app_task_split", "app_tasks", "check",
-           "expected_state", "generate_app_tasks", "generate_world"]
+__all__ = [
+    "DEFAULT_NUM_TASKS",
+    "MAX_LISTING_CHARS",
+    "SPLITS",
+    "TEMPLATES",
+    "AppTask",
+    "CheckResult",
+    "answer_matches",
+    "app_task_split",
+    "app_tasks",
+    "check",
+    "expected_state",
+    "generate_app_tasks",
+    "generate_world",
+]
 
 DEFAULT_NUM_TASKS = 600
 NUM_CONTACTS = 20
@@ -97,67 +109,227 @@ class CheckResult:
 # The world ----------------------------------------------------------------------------------------
 
 _FIRST_NAMES = (
-    "Dana", "Omar", "Priya", "Mateo", "Ingrid", "Kwame", "Sofia", "Hiroshi", "Leila", "Tomasz",
-    "Amara", "Felix", "Noor", "Elena", "Jonas", "Aisha", "Rafael", "Mei", "Callum", "Zara",
-    "Diego", "Freya", "Yusuf", "Chiara", "Nikhil", "Astrid", "Tariq", "Beatriz", "Emeka", "Hana",
-    "Lucas", "Sanne", "Ravi", "Olga", "Kofi", "Ines", "Marcus", "Yara", "Anders", "Lucia",
-    "Idris", "Maren", "Arjun", "Camille", "Bilal", "Greta", "Joaquin", "Keiko", "Samir", "Thea",
-    "Malik", "Rosa", "Viktor", "Nadia", "Emil", "Ayla", "Teodor", "Wren", "Farah", "Soren")
+    "Dana",
+    "Omar",
+    "Priya",
+    "Mateo",
+    "Ingrid",
+    "Kwame",
+    "Sofia",
+    "Hiroshi",
+    "Leila",
+    "Tomasz",
+    "Amara",
+    "Felix",
+    "Noor",
+    "Elena",
+    "Jonas",
+    "Aisha",
+    "Rafael",
+    "Mei",
+    "Callum",
+    "Zara",
+    "Diego",
+    "Freya",
+    "Yusuf",
+    "Chiara",
+    "Nikhil",
+    "Astrid",
+    "Tariq",
+    "Beatriz",
+    "Emeka",
+    "Hana",
+    "Lucas",
+    "Sanne",
+    "Ravi",
+    "Olga",
+    "Kofi",
+    "Ines",
+    "Marcus",
+    "Yara",
+    "Anders",
+    "Lucia",
+    "Idris",
+    "Maren",
+    "Arjun",
+    "Camille",
+    "Bilal",
+    "Greta",
+    "Joaquin",
+    "Keiko",
+    "Samir",
+    "Thea",
+    "Malik",
+    "Rosa",
+    "Viktor",
+    "Nadia",
+    "Emil",
+    "Ayla",
+    "Teodor",
+    "Wren",
+    "Farah",
+    "Soren",
+)
 _LAST_NAMES = (
-    "Whitfield", "Okafor", "Natarajan", "Alvarez", "Lindqvist", "Mensah", "Rossi", "Tanaka",
-    "Haddad", "Kowalski", "Adeyemi", "Brandt", "Siddiqui", "Petrova", "Bauer", "Diallo",
-    "Moreau", "Chen", "MacLeod", "Kaur", "Novak", "Ferreira", "Yilmaz", "Sato", "Osei",
-    "Lambert", "Castillo", "Nakamura", "Horvath", "Quinn", "Abara", "Dubois", "Eriksen",
-    "Fontaine", "Gallagher", "Ibrahim", "Jansen", "Kapoor", "Larsen", "Mwangi", "Nilsson",
-    "Ortega", "Pereira", "Rahman", "Sandoval", "Takahashi", "Ueda", "Varga", "Walsh", "Zhou")
-_DOMAINS = ("brightlane.io", "northwind-labs.com", "copperfield.org", "halcyon.dev",
-            "mossgate.co", "quillstone.net", "ferncastle.io", "saltmarsh.com")
+    "Whitfield",
+    "Okafor",
+    "Natarajan",
+    "Alvarez",
+    "Lindqvist",
+    "Mensah",
+    "Rossi",
+    "Tanaka",
+    "Haddad",
+    "Kowalski",
+    "Adeyemi",
+    "Brandt",
+    "Siddiqui",
+    "Petrova",
+    "Bauer",
+    "Diallo",
+    "Moreau",
+    "Chen",
+    "MacLeod",
+    "Kaur",
+    "Novak",
+    "Ferreira",
+    "Yilmaz",
+    "Sato",
+    "Osei",
+    "Lambert",
+    "Castillo",
+    "Nakamura",
+    "Horvath",
+    "Quinn",
+    "Abara",
+    "Dubois",
+    "Eriksen",
+    "Fontaine",
+    "Gallagher",
+    "Ibrahim",
+    "Jansen",
+    "Kapoor",
+    "Larsen",
+    "Mwangi",
+    "Nilsson",
+    "Ortega",
+    "Pereira",
+    "Rahman",
+    "Sandoval",
+    "Takahashi",
+    "Ueda",
+    "Varga",
+    "Walsh",
+    "Zhou",
+)
+_DOMAINS = (
+    "brightlane.io",
+    "northwind-labs.com",
+    "copperfield.org",
+    "halcyon.dev",
+    "mossgate.co",
+    "quillstone.net",
+    "ferncastle.io",
+    "saltmarsh.com",
+)
 _AREAS = ("415", "312", "617", "206", "512", "303", "919", "503")
-_PROJECTS = ("Borealis", "Cedarline", "Driftwood", "Falconer", "Granite", "Harborview",
-             "Juniper", "Kestrel", "Meridian", "Nimbus", "Orchid", "Quartz", "Sequoia",
-             "Zephyr", "Aurora", "Mosaic")
-_MEETING_KINDS = ("standup", "design review", "planning", "retro", "kickoff", "sync", "demo",
-                  "budget review")
-_GENERIC_EVENTS = ("Weekly team sync", "All-hands", "Hiring panel", "Team lunch",
-                   "Quarterly planning", "Vendor call", "Security training", "Mentoring session")
-_LOCATIONS = ("Room 4B", "Room 2A", "Board room", "Video call", "Cafe Lumen", "Atrium", "Lab 3",
-              "Library corner")
-_DOCS = ("budget draft", "timeline", "status update", "launch checklist", "vendor quote",
-         "slide deck", "open questions", "hiring plan", "test results", "risk log")
+_PROJECTS = (
+    "Borealis",
+    "Cedarline",
+    "Driftwood",
+    "Falconer",
+    "Granite",
+    "Harborview",
+    "Juniper",
+    "Kestrel",
+    "Meridian",
+    "Nimbus",
+    "Orchid",
+    "Quartz",
+    "Sequoia",
+    "Zephyr",
+    "Aurora",
+    "Mosaic",
+)
+_MEETING_KINDS = ("standup", "design review", "planning", "retro", "kickoff", "sync", "demo", "budget review")
+_GENERIC_EVENTS = (
+    "Weekly team sync",
+    "All-hands",
+    "Hiring panel",
+    "Team lunch",
+    "Quarterly planning",
+    "Vendor call",
+    "Security training",
+    "Mentoring session",
+)
+_LOCATIONS = (
+    "Room 4B",
+    "Room 2A",
+    "Board room",
+    "Video call",
+    "Cafe Lumen",
+    "Atrium",
+    "Lab 3",
+    "Library corner",
+)
+_DOCS = (
+    "budget draft",
+    "timeline",
+    "status update",
+    "launch checklist",
+    "vendor quote",
+    "slide deck",
+    "open questions",
+    "hiring plan",
+    "test results",
+    "risk log",
+)
 _RECEIVED = (
     "I attached the {doc} for {project}. Could you take a look before {weekday}?",
     "Quick update on {project}: the {doc} is ready for your review.",
     "Do you have time this week to go over the {doc} for {project}?",
-    "I made a few changes to the {project} {doc}; let me know what you think.")
-_SENT = ("Here is the {doc} for {project} we talked about.",
-         "Thanks for your comments on the {project} {doc}; I updated it.")
+    "I made a few changes to the {project} {doc}; let me know what you think.",
+)
+_SENT = (
+    "Here is the {doc} for {project} we talked about.",
+    "Thanks for your comments on the {project} {doc}; I updated it.",
+)
 _MISC_EMAILS = {
     "Lunch on Friday?": "Are you free for lunch on Friday? I was thinking of the noodle place "
-                        "near the station.",
+    "near the station.",
     "Offsite venue ideas": "I shortlisted three venues for the offsite; the one by the lake looks "
-                           "best so far.",
+    "best so far.",
     "Expense report reminder": "Expense reports for last month are due at the end of the week.",
     "Conference travel": "The conference registration is confirmed. Shall we book the same "
-                         "hotel as last year?",
+    "hotel as last year?",
     "Book recommendation": "I finished the book you lent me. I think you would enjoy the sequel.",
     "Parking changes": "From next month the north car park will be closed for repairs.",
     "Holiday rota": "Could you add your days off to the holiday rota when you get a chance?",
     "Welcome drinks": "We are doing welcome drinks for the new starters after work on Thursday.",
     "Printer on the third floor": "The printer on the third floor works again.",
-    "Team photo": "The photographer comes on Tuesday morning for the team photo."}
+    "Team photo": "The photographer comes on Tuesday morning for the team photo.",
+}
 _NOTE_TOPICS = ("ideas", "meeting notes", "risks", "next steps", "open questions")
-_NOTE_LINES = ("review the budget before the next sync", "share the timeline with the team",
-               "book a room for the demo", "collect feedback from the pilot users",
-               "update the roadmap slide")
+_NOTE_LINES = (
+    "review the budget before the next sync",
+    "share the timeline with the team",
+    "book a room for the demo",
+    "collect feedback from the pilot users",
+    "update the roadmap slide",
+)
 _PERSONAL_NOTES = (
     ("Groceries", "oat milk, eggs, spinach, coffee beans, lemons", ("personal", "todo")),
     ("Reading list", "The Overstory; Piranesi; A Psalm for the Wild-Built", ("reading",)),
-    ("Trip to Lisbon", "Book the flights, check the tram times and pack the rain jacket.",
-     ("travel", "personal")),
+    (
+        "Trip to Lisbon",
+        "Book the flights, check the tram times and pack the rain jacket.",
+        ("travel", "personal"),
+    ),
     ("Gift ideas", "a plant stand, a good notebook, tickets to the jazz night", ("personal",)),
     ("Workout plan", "Monday run, Wednesday swim, Saturday long walk", ("personal",)),
     ("Podcast list", "two history shows and one about urban design", ("ideas",)),
-    ("Garden", "move the tomatoes to the sunny bed; buy compost", ("personal", "todo")))
+    ("Garden", "move the tomatoes to the sunny bed; buy compost", ("personal", "todo")),
+)
 _WORK_NOTE = "- ask {first} about the {doc}\n- {line}"
 _CALL_NOTE = "Talked about the {doc} for {project}. Follow up next week."
 #: Tags tag_notes adds; no note of a generated world has them.
@@ -201,8 +373,7 @@ def _add_events(rng: random.Random, state: State, projects: list[str]) -> None:
         for _ in range(rng.randint(3, 5)):
             for _attempt in range(20):
                 start, length = rng.randrange(16, 36) * 30, rng.choice((30, 60, 60, 90))
-                if start + length <= 18 * 60 and all(start >= e or start + length <= s
-                                                     for s, e in taken):
+                if start + length <= 18 * 60 and all(start >= e or start + length <= s for s, e in taken):
                     taken.append((start, start + length))
                     break
         for start, end in sorted(taken):
@@ -216,8 +387,15 @@ def _add_events(rng: random.Random, state: State, projects: list[str]) -> None:
             else:
                 attendees = [rng.choice(people)]
                 title = f"1:1 with {attendees[0]['name'].split()[0]}"
-            _add(state, "calendar", title=title, start=_iso(day, start), end=_iso(day, end),
-                 attendees=[c["id"] for c in attendees], location=rng.choice(_LOCATIONS))
+            _add(
+                state,
+                "calendar",
+                title=title,
+                start=_iso(day, start),
+                end=_iso(day, end),
+                attendees=[c["id"] for c in attendees],
+                location=rng.choice(_LOCATIONS),
+            )
 
 
 def _add_emails(rng: random.Random, state: State, projects: list[str]) -> None:
@@ -232,32 +410,59 @@ def _add_emails(rng: random.Random, state: State, projects: list[str]) -> None:
     rng.shuffle(folders)
     for stamp, (subject, project, doc), folder in zip(stamps, subjects, folders):
         back, minute = divmod(stamp, 900)
-        sent_at = (_iso(today - timedelta(days=10 - back), 7 * 60 + minute) if back < 10
-                   else _iso(today, 7 * 60 + stamp - 9000))
+        sent_at = (
+            _iso(today - timedelta(days=10 - back), 7 * 60 + minute)
+            if back < 10
+            else _iso(today, 7 * 60 + stamp - 9000)
+        )
         other = rng.choice(state["contacts"])
         weekday = rng.choice(("Monday", "Tuesday", "Wednesday", "Thursday", "Friday"))
-        text = (rng.choice(_RECEIVED if folder == "inbox" else _SENT).format(
-            doc=doc, project=project, weekday=weekday) if project else _MISC_EMAILS[subject])
+        text = (
+            rng.choice(_RECEIVED if folder == "inbox" else _SENT).format(
+                doc=doc, project=project, weekday=weekday
+            )
+            if project
+            else _MISC_EMAILS[subject]
+        )
         if folder == "inbox":
             sender, to = other["email"], [state["user"]["email"]]
             body = f"Hi {user_first},\n\n{text}\n\nBest,\n{other['name'].split()[0]}"
         else:
             sender, to = state["user"]["email"], [other["email"]]
             body = f"Hi {other['name'].split()[0]},\n\n{text}\n\nBest,\n{user_first}"
-        _add(state, "email", folder=folder, **{"from": sender}, to=to, subject=subject,
-             body=body, sent_at=sent_at, in_reply_to=None)
+        _add(
+            state,
+            "email",
+            folder=folder,
+            **{"from": sender},
+            to=to,
+            subject=subject,
+            body=body,
+            sent_at=sent_at,
+            in_reply_to=None,
+        )
 
 
 def _add_notes(rng: random.Random, state: State, projects: list[str]) -> None:
     firsts = [c["name"].split()[0] for c in state["contacts"]]
     work = rng.sample([(p, t) for p in projects for t in _NOTE_TOPICS], 8)
-    notes = [(f"{p} {topic}", _WORK_NOTE.format(first=rng.choice(firsts), doc=rng.choice(_DOCS),
-                                                line=rng.choice(_NOTE_LINES)),
-              ["work", rng.choice(("ideas", "todo"))]) for p, topic in work]
+    notes = [
+        (
+            f"{p} {topic}",
+            _WORK_NOTE.format(first=rng.choice(firsts), doc=rng.choice(_DOCS), line=rng.choice(_NOTE_LINES)),
+            ["work", rng.choice(("ideas", "todo"))],
+        )
+        for p, topic in work
+    ]
     notes += [(title, body, list(tags)) for title, body, tags in rng.sample(_PERSONAL_NOTES, 5)]
-    notes += [(f"Call with {first}", _CALL_NOTE.format(doc=rng.choice(_DOCS),
-                                                       project=rng.choice(projects)),
-               ["work", "meeting"]) for first in rng.sample(firsts, 2)]
+    notes += [
+        (
+            f"Call with {first}",
+            _CALL_NOTE.format(doc=rng.choice(_DOCS), project=rng.choice(projects)),
+            ["work", "meeting"],
+        )
+        for first in rng.sample(firsts, 2)
+    ]
     rng.shuffle(notes)
     for title, body, tags in notes:
         _add(state, "notes", title=title, body=body, tags=tags)
@@ -270,11 +475,15 @@ def generate_world(seed: int | str) -> State:
     today = _FIRST_MONDAY + timedelta(weeks=rng.randrange(104), days=rng.randrange(5))
     firsts = rng.sample(_FIRST_NAMES, NUM_CONTACTS + 1)
     lasts = rng.sample(_LAST_NAMES, NUM_CONTACTS + 1)
-    state = empty_state(today.isoformat(), f"{firsts[0]} {lasts[0]}",
-                        _address(firsts[0], lasts[0], rng))
+    state = empty_state(today.isoformat(), f"{firsts[0]} {lasts[0]}", _address(firsts[0], lasts[0], rng))
     for first, last, number in zip(firsts[1:], lasts[1:], rng.sample(range(10000), NUM_CONTACTS)):
-        _add(state, "contacts", name=f"{first} {last}", email=_address(first, last, rng),
-             phone=_phone_number(rng, number))
+        _add(
+            state,
+            "contacts",
+            name=f"{first} {last}",
+            email=_address(first, last, rng),
+            phone=_phone_number(rng, number),
+        )
     projects = rng.sample(_PROJECTS, 5)
     _add_events(rng, state, projects)
     _add_emails(rng, state, projects)
@@ -365,8 +574,14 @@ def _date_spellings(day: date) -> tuple[str, ...]:
     month = f"{day:%B}"
     suffix = "th" if 10 <= day.day <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(day.day % 10, "th")
     nth = f"{day.day}{suffix}"
-    return (f"{month} {day.day}", f"{day.day} {month}", f"{month} {nth}", f"{nth} {month}",
-            day.isoformat(), f"{day:%A}")
+    return (
+        f"{month} {day.day}",
+        f"{day.day} {month}",
+        f"{month} {nth}",
+        f"{nth} {month}",
+        day.isoformat(),
+        f"{day:%A}",
+    )
 
 
 def _phone_spellings(phone: str) -> tuple[str, ...]:
@@ -377,8 +592,9 @@ def _free_start(events: list[dict[str, Any]], earliest: int, length: int) -> int
     """The earliest start from ``earliest`` (minutes) at which ``length`` minutes overlap none of
     ``events`` (all on one day)."""
     start = earliest
-    while clash := next((e for e in events if _minutes(e["start"]) < start + length
-                         and _minutes(e["end"]) > start), None):
+    while clash := next(
+        (e for e in events if _minutes(e["start"]) < start + length and _minutes(e["end"]) > start), None
+    ):
         start = _minutes(clash["end"])
     return start
 
@@ -386,9 +602,13 @@ def _free_start(events: list[dict[str, Any]], earliest: int, length: int) -> int
 def _reschedule(rng: random.Random, world: State) -> _Draft | None:
     today = _today(world)
     calendar: list[dict[str, Any]] = world["calendar"]
-    options = [(event, cid) for event in calendar
-               if _day_of(event) > today and _minutes(event["start"]) < 15 * 60
-               for cid in event["attendees"] if _the_meeting(world, cid, _day_of(event)) is event]
+    options = [
+        (event, cid)
+        for event in calendar
+        if _day_of(event) > today and _minutes(event["start"]) < 15 * 60
+        for cid in event["attendees"]
+        if _the_meeting(world, cid, _day_of(event)) is event
+    ]
     if not options:
         return None
     event, cid = rng.choice(options)
@@ -399,21 +619,32 @@ def _reschedule(rng: random.Random, world: State) -> _Draft | None:
     expert = _Expert(world)
     expert("contacts_search", query=person["name"])
     expert("calendar_list_events", start_date=day.isoformat(), end_date=day.isoformat())
-    expert("calendar_update_event", event_id=event["id"], start=_iso(day, start),
-           end=_iso(day, start + length))
-    sent = expert("email_send", to=[person["email"]], subject=f"New time: {event['title']}",
-                  body=f"Hi {_first(person)},\n\nI moved \"{event['title']}\" on "
-                       f"{_say(day, today)} to {_hm(start)}-{_hm(start + length)}.\n\nThanks")
-    return _Draft(_intro(world) + f"Move my meeting with {person['name']} on {_say(day, today)} "
-                  f"to the earliest time from 15:00 on that same day when it fits without "
-                  f"overlapping my other events (back-to-back is fine), keeping its length. "
-                  f"Then email {_first(person)} the new start time.", expert.calls,
-                  facts={sent["id"]: (_time_spellings(_hm(start)),)})
+    expert(
+        "calendar_update_event", event_id=event["id"], start=_iso(day, start), end=_iso(day, start + length)
+    )
+    sent = expert(
+        "email_send",
+        to=[person["email"]],
+        subject=f"New time: {event['title']}",
+        body=f'Hi {_first(person)},\n\nI moved "{event["title"]}" on '
+        f"{_say(day, today)} to {_hm(start)}-{_hm(start + length)}.\n\nThanks",
+    )
+    return _Draft(
+        _intro(world) + f"Move my meeting with {person['name']} on {_say(day, today)} "
+        f"to the earliest time from 15:00 on that same day when it fits without "
+        f"overlapping my other events (back-to-back is fine), keeping its length. "
+        f"Then email {_first(person)} the new start time.",
+        expert.calls,
+        facts={sent["id"]: (_time_spellings(_hm(start)),)},
+    )
 
 
 def _attendee_note(rng: random.Random, world: State) -> _Draft | None:
-    options = [e for e in world["calendar"] if len(e["attendees"]) >= 2
-               and _only_title(e["title"], _on(world, _day_of(e)))]
+    options = [
+        e
+        for e in world["calendar"]
+        if len(e["attendees"]) >= 2 and _only_title(e["title"], _on(world, _day_of(e)))
+    ]
     if not options:
         return None
     event = rng.choice(options)
@@ -423,10 +654,13 @@ def _attendee_note(rng: random.Random, world: State) -> _Draft | None:
     expert = _Expert(world)
     expert("calendar_list_events", start_date=day.isoformat(), end_date=day.isoformat())
     note = expert("notes_create", title=title, body="\n".join(names), tags=["meeting"])
-    return _Draft(_intro(world) + f"Create a note titled '{title}' that lists the full names of "
-                  f"everyone invited to '{event['title']}' on {_say(day, _today(world))}, and "
-                  f"tag it 'meeting'.", expert.calls,
-                  facts={note["id"]: tuple((name,) for name in names)})
+    return _Draft(
+        _intro(world) + f"Create a note titled '{title}' that lists the full names of "
+        f"everyone invited to '{event['title']}' on {_say(day, _today(world))}, and "
+        f"tag it 'meeting'.",
+        expert.calls,
+        facts={note["id"]: tuple((name,) for name in names)},
+    )
 
 
 def _reply_with_phone(rng: random.Random, world: State) -> _Draft | None:
@@ -440,18 +674,28 @@ def _reply_with_phone(rng: random.Random, world: State) -> _Draft | None:
     expert("contacts_search", query=person["name"])
     expert("email_search", query=sender)
     expert("contacts_search", query=other["name"])
-    reply = expert("email_reply", message_id=latest["id"],
-                   body=f"Hi {_first(person)},\n\n{other['name']}'s phone number is "
-                        f"{other['phone']}.\n\nBest")
-    return _Draft(_intro(world) + f"Reply to the latest email from {person['name']} and tell "
-                  f"them {other['name']}'s phone number.", expert.calls,
-                  facts={reply["id"]: (_phone_spellings(other["phone"]),)})
+    reply = expert(
+        "email_reply",
+        message_id=latest["id"],
+        body=f"Hi {_first(person)},\n\n{other['name']}'s phone number is {other['phone']}.\n\nBest",
+    )
+    return _Draft(
+        _intro(world) + f"Reply to the latest email from {person['name']} and tell "
+        f"them {other['name']}'s phone number.",
+        expert.calls,
+        facts={reply["id"]: (_phone_spellings(other["phone"]),)},
+    )
 
 
 def _cancel_and_notify(rng: random.Random, world: State) -> _Draft | None:
     today = _today(world)
-    options = [(day, e["title"]) for day in _weekdays(today) if day > today
-               for e in _on(world, day) if _only_title(e["title"], _on(world, day))]
+    options = [
+        (day, e["title"])
+        for day in _weekdays(today)
+        if day > today
+        for e in _on(world, day)
+        if _only_title(e["title"], _on(world, day))
+    ]
     if not options:
         return None
     day, title = rng.choice(sorted(set(options)))
@@ -459,11 +703,18 @@ def _cancel_and_notify(rng: random.Random, world: State) -> _Draft | None:
         first = next(e for e in _on(world, day) if e["title"] == title)
         length = _minutes(first["end"]) - _minutes(first["start"])
         start = _free_start(_on(world, day), 8 * 60, length)
-        _add(world, "calendar", title=title, start=_iso(day, start),
-             end=_iso(day, start + length), attendees=rng.sample(
-                 first["attendees"] if title.startswith("1:1") else list(_people(world)),
-                 1 if title.startswith("1:1") else 2),
-             location=rng.choice(_LOCATIONS))
+        _add(
+            world,
+            "calendar",
+            title=title,
+            start=_iso(day, start),
+            end=_iso(day, start + length),
+            attendees=rng.sample(
+                first["attendees"] if title.startswith("1:1") else list(_people(world)),
+                1 if title.startswith("1:1") else 2,
+            ),
+            location=rng.choice(_LOCATIONS),
+        )
     events = [e for e in _on(world, day) if e["title"] == title]
     people = _people(world)
     to = sorted({people[cid]["email"] for e in events for cid in e["attendees"]})
@@ -471,13 +722,24 @@ def _cancel_and_notify(rng: random.Random, world: State) -> _Draft | None:
     expert("calendar_list_events", start_date=day.isoformat(), end_date=day.isoformat())
     for event in events:
         expert("calendar_delete_event", event_id=event["id"])
-    sent = expert("email_send", to=to, subject=f"Cancelled: {title}",
-                  body=f"Hi all,\n\n{title} on {_say(day, today)} is cancelled.\n\nThanks")
-    return _Draft(_intro(world) + f"Cancel every event titled '{title}' on {_say(day, today)} "
-                  f"(delete them from my calendar) and send one email to all of their attendees "
-                  f"together saying that '{title}' is cancelled.", expert.calls,
-                  facts={sent["id"]: (("cancel", "cancelled", "canceled", "cancelling",
-                                       "canceling", "cancellation"), (title,))})
+    sent = expert(
+        "email_send",
+        to=to,
+        subject=f"Cancelled: {title}",
+        body=f"Hi all,\n\n{title} on {_say(day, today)} is cancelled.\n\nThanks",
+    )
+    return _Draft(
+        _intro(world) + f"Cancel every event titled '{title}' on {_say(day, today)} "
+        f"(delete them from my calendar) and send one email to all of their attendees "
+        f"together saying that '{title}' is cancelled.",
+        expert.calls,
+        facts={
+            sent["id"]: (
+                ("cancel", "cancelled", "canceled", "cancelling", "canceling", "cancellation"),
+                (title,),
+            )
+        },
+    )
 
 
 def _add_attendee(rng: random.Random, world: State) -> _Draft | None:
@@ -487,8 +749,11 @@ def _add_attendee(rng: random.Random, world: State) -> _Draft | None:
         if 2 <= len(hits) <= 4 and all(re.search(rf"\b{project}\b", e["title"]) for e in hits):
             ids = {e["id"] for e in hits}
             events = [e for e in world["calendar"] if e["id"] in ids]
-            options += [(project, events, c) for c in world["contacts"]
-                        if any(c["id"] not in e["attendees"] for e in events)]
+            options += [
+                (project, events, c)
+                for c in world["contacts"]
+                if any(c["id"] not in e["attendees"] for e in events)
+            ]
     if not options:
         return None
     project, events, person = rng.choice(options)
@@ -497,15 +762,23 @@ def _add_attendee(rng: random.Random, world: State) -> _Draft | None:
     expert("calendar_search_events", query=project)
     for event in events:
         if person["id"] not in event["attendees"]:
-            expert("calendar_update_event", event_id=event["id"],
-                   attendees=[*event["attendees"], person["id"]])
-    return _Draft(_intro(world) + f"Add {person['name']} to every meeting whose title mentions "
-                  f"{project}, keeping the other attendees.", expert.calls)
+            expert(
+                "calendar_update_event", event_id=event["id"], attendees=[*event["attendees"], person["id"]]
+            )
+    return _Draft(
+        _intro(world) + f"Add {person['name']} to every meeting whose title mentions "
+        f"{project}, keeping the other attendees.",
+        expert.calls,
+    )
 
 
 def _sender_phone(rng: random.Random, world: State) -> _Draft | None:
-    options = [m for m in world["email"] if m["folder"] == "inbox" and [
-        h["id"] for h in call(world, "email_search", {"query": m["subject"]})] == [m["id"]]]
+    options = [
+        m
+        for m in world["email"]
+        if m["folder"] == "inbox"
+        and [h["id"] for h in call(world, "email_search", {"query": m["subject"]})] == [m["id"]]
+    ]
     if not options:
         return None
     message = rng.choice(options)
@@ -513,22 +786,32 @@ def _sender_phone(rng: random.Random, world: State) -> _Draft | None:
     expert = _Expert(world)
     expert("email_search", query=message["subject"])
     expert("contacts_search", query=message["from"])
-    return _Draft(_intro(world) + f"What is the phone number of the person who emailed me about "
-                  f"'{message['subject']}'? Answer with just the number.", expert.calls,
-                  answer=person["phone"])
+    return _Draft(
+        _intro(world) + f"What is the phone number of the person who emailed me about "
+        f"'{message['subject']}'? Answer with just the number.",
+        expert.calls,
+        answer=person["phone"],
+    )
 
 
 def _meeting_time(rng: random.Random, world: State) -> _Draft | None:
-    options = [(day, c, event) for day in _weekdays(_today(world)) for c in world["contacts"]
-               if (event := _the_meeting(world, c["id"], day)) is not None]
+    options = [
+        (day, c, event)
+        for day in _weekdays(_today(world))
+        for c in world["contacts"]
+        if (event := _the_meeting(world, c["id"], day)) is not None
+    ]
     if not options:
         return None
     day, person, event = rng.choice(options)
     expert = _Expert(world)
     expert("calendar_list_events", start_date=day.isoformat(), end_date=day.isoformat())
-    return _Draft(_intro(world) + f"What time does my meeting with {person['name']} on "
-                  f"{_say(day, _today(world))} start? Answer with just the time as HH:MM.",
-                  expert.calls, answer=event["start"][11:])
+    return _Draft(
+        _intro(world) + f"What time does my meeting with {person['name']} on "
+        f"{_say(day, _today(world))} start? Answer with just the time as HH:MM.",
+        expert.calls,
+        answer=event["start"][11:],
+    )
 
 
 def _unused_phone(rng: random.Random, world: State) -> str:
@@ -541,11 +824,18 @@ def _update_phone(rng: random.Random, world: State) -> _Draft | None:
     phone = _unused_phone(rng, world)
     used = {m["sent_at"] for m in world["email"]}
     free = [t for t in range(7 * 60, 9 * 60) if _iso(_today(world), t) not in used]
-    message = _add(world, "email", folder="inbox", **{"from": person["email"]},
-                   to=[world["user"]["email"]], subject="My new phone number",
-                   body=f"Hi {world['user']['name'].split()[0]},\n\nMy phone number has changed: "
-                        f"from today on you can reach me at {phone}.\n\nCheers,\n{_first(person)}",
-                   sent_at=_iso(_today(world), rng.choice(free)), in_reply_to=None)
+    message = _add(
+        world,
+        "email",
+        folder="inbox",
+        **{"from": person["email"]},
+        to=[world["user"]["email"]],
+        subject="My new phone number",
+        body=f"Hi {world['user']['name'].split()[0]},\n\nMy phone number has changed: "
+        f"from today on you can reach me at {phone}.\n\nCheers,\n{_first(person)}",
+        sent_at=_iso(_today(world), rng.choice(free)),
+        in_reply_to=None,
+    )
     if [m["id"] for m in call(world, "email_search", {"query": "phone number"})] != [message["id"]]:
         return None
     expert = _Expert(world)
@@ -553,8 +843,10 @@ def _update_phone(rng: random.Random, world: State) -> _Draft | None:
     expert("email_read", message_id=message["id"])
     expert("contacts_search", query=person["name"])
     expert("contacts_update", contact_id=person["id"], phone=phone)
-    return _Draft(_intro(world) + f"{person['name']} emailed me their new phone number. Update "
-                  f"their contact with it.", expert.calls)
+    return _Draft(
+        _intro(world) + f"{person['name']} emailed me their new phone number. Update their contact with it.",
+        expert.calls,
+    )
 
 
 def _new_contact_meeting(rng: random.Random, world: State) -> _Draft | None:
@@ -563,9 +855,13 @@ def _new_contact_meeting(rng: random.Random, world: State) -> _Draft | None:
     first = rng.choice([n for n in _FIRST_NAMES if n not in {f for f, _ in names}])
     last = rng.choice([n for n in _LAST_NAMES if n not in {s for _, s in names}])
     length = rng.choice((30, 60))
-    options = [(day, start) for day in _weekdays(today) if day > today
-               for start in range(9 * 60, 17 * 60, 30)
-               if _free_start(_on(world, day), start, length) == start]
+    options = [
+        (day, start)
+        for day in _weekdays(today)
+        if day > today
+        for start in range(9 * 60, 17 * 60, 30)
+        if _free_start(_on(world, day), start, length) == start
+    ]
     if not options:
         return None
     day, start = rng.choice(options)
@@ -573,19 +869,29 @@ def _new_contact_meeting(rng: random.Random, world: State) -> _Draft | None:
     title, location = f"{rng.choice(_NEW_MEETINGS)} with {first}", rng.choice(_LOCATIONS)
     expert = _Expert(world)
     contact = expert("contacts_create", name=name, email=email, phone=phone)
-    expert("calendar_create_event", title=title, start=_iso(day, start),
-           end=_iso(day, start + length), attendees=[contact["id"]], location=location)
-    return _Draft(_intro(world) + f"Add {name} ({email}, {phone}) to my contacts, then schedule "
-                  f"a {length}-minute meeting titled '{title}' with them on {_say(day, today)} "
-                  f"at {_hm(start)} in {location}.", expert.calls)
+    expert(
+        "calendar_create_event",
+        title=title,
+        start=_iso(day, start),
+        end=_iso(day, start + length),
+        attendees=[contact["id"]],
+        location=location,
+    )
+    return _Draft(
+        _intro(world) + f"Add {name} ({email}, {phone}) to my contacts, then schedule "
+        f"a {length}-minute meeting titled '{title}' with them on {_say(day, today)} "
+        f"at {_hm(start)} in {location}.",
+        expert.calls,
+    )
 
 
 def _tag_notes(rng: random.Random, world: State) -> _Draft | None:
     options = []
     for project in _PROJECTS:
         hits = call(world, "notes_list", {"query": project})
-        if 2 <= len(hits) <= 4 and all(re.search(rf"\b{project}\b", f"{n['title']}\n{n['body']}")
-                                       for n in hits):
+        if 2 <= len(hits) <= 4 and all(
+            re.search(rf"\b{project}\b", f"{n['title']}\n{n['body']}") for n in hits
+        ):
             options.append((project, hits))
     if not options:
         return None
@@ -595,34 +901,52 @@ def _tag_notes(rng: random.Random, world: State) -> _Draft | None:
     expert("notes_list", query=project)
     for note in notes:
         expert("notes_update", note_id=note["id"], tags=[*note["tags"], tag])
-    return _Draft(_intro(world) + f"Add the tag '{tag}' to every note that mentions {project} "
-                  f"in its title or body, keeping their other tags.", expert.calls)
+    return _Draft(
+        _intro(world) + f"Add the tag '{tag}' to every note that mentions {project} "
+        f"in its title or body, keeping their other tags.",
+        expert.calls,
+    )
 
 
 def _share_next_meeting(rng: random.Random, world: State) -> _Draft | None:
     today = _today(world)
-    titles = sorted({e["title"] for e in world["calendar"]
-                     if e["attendees"] and _only_title(e["title"], world["calendar"])})
-    options = [t for t in titles
-               if not any(e["title"] == t and _day_of(e) == today for e in world["calendar"])
-               and any(e["title"] == t and _day_of(e) > today for e in world["calendar"])]
+    titles = sorted(
+        {
+            e["title"]
+            for e in world["calendar"]
+            if e["attendees"] and _only_title(e["title"], world["calendar"])
+        }
+    )
+    options = [
+        t
+        for t in titles
+        if not any(e["title"] == t and _day_of(e) == today for e in world["calendar"])
+        and any(e["title"] == t and _day_of(e) > today for e in world["calendar"])
+    ]
     if not options:
         return None
     title = rng.choice(options)
-    event = min((e for e in world["calendar"] if e["title"] == title and _day_of(e) > today),
-                key=lambda e: e["start"])
+    event = min(
+        (e for e in world["calendar"] if e["title"] == title and _day_of(e) > today), key=lambda e: e["start"]
+    )
     person = _people(world)[rng.choice(event["attendees"])]
     day, start = _day_of(event), event["start"][11:]
     expert = _Expert(world)
     expert("calendar_search_events", query=title)
     expert("contacts_search", query=person["name"])
-    sent = expert("email_send", to=[person["email"]], subject=title,
-                  body=f"Hi {_first(person)},\n\nThe next {title} is on {_say(day, today)} at "
-                       f"{start} in {event['location']}.\n\nSee you there")
-    return _Draft(_intro(world) + f"Email {person['name']} the date, start time and location of "
-                  f"my next '{title}' meeting.", expert.calls,
-                  facts={sent["id"]: (_date_spellings(day), _time_spellings(start),
-                                      (event["location"],))})
+    sent = expert(
+        "email_send",
+        to=[person["email"]],
+        subject=title,
+        body=f"Hi {_first(person)},\n\nThe next {title} is on {_say(day, today)} at "
+        f"{start} in {event['location']}.\n\nSee you there",
+    )
+    return _Draft(
+        _intro(world) + f"Email {person['name']} the date, start time and location of "
+        f"my next '{title}' meeting.",
+        expert.calls,
+        facts={sent["id"]: (_date_spellings(day), _time_spellings(start), (event["location"],))},
+    )
 
 
 def _count_meetings(rng: random.Random, world: State) -> _Draft | None:
@@ -630,18 +954,20 @@ def _count_meetings(rng: random.Random, world: State) -> _Draft | None:
     at = rng.choice((0, 1, 2, 5, 6, 7))  # three days of one week
     first, last = days[at], days[at + 2]
     person = rng.choice(world["contacts"])
-    count = sum(person["id"] in e["attendees"] for e in world["calendar"]
-                if first <= _day_of(e) <= last)
+    count = sum(person["id"] in e["attendees"] for e in world["calendar"] if first <= _day_of(e) <= last)
     expert = _Expert(world)
     expert("contacts_search", query=person["name"])
-    listing = expert("calendar_list_events", start_date=first.isoformat(),
-                     end_date=last.isoformat())
+    listing = expert("calendar_list_events", start_date=first.isoformat(), end_date=last.isoformat())
     if not count or len(json.dumps(listing)) > MAX_LISTING_CHARS:
         return None
     today = _today(world)
-    return _Draft(_intro(world) + f"How many meetings with {person['name']} are on my calendar "
-                  f"from {_say(first, today)} to {_say(last, today)}? Answer with just the "
-                  f"number.", expert.calls, answer=str(count))
+    return _Draft(
+        _intro(world) + f"How many meetings with {person['name']} are on my calendar "
+        f"from {_say(first, today)} to {_say(last, today)}? Answer with just the "
+        f"number.",
+        expert.calls,
+        answer=str(count),
+    )
 
 
 _MAKERS: dict[str, Callable[[random.Random, State], _Draft | None]] = {
@@ -679,8 +1005,17 @@ def generate_app_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_TASKS) -> lis
                 break
         else:
             raise RuntimeError(f"template {kind!r} fits none of {_MAX_WORLDS} worlds")
-        tasks.append(AppTask(f"apps-{number:05d}", kind, draft.instruction, world,
-                             tuple(draft.calls), draft.answer, draft.facts))
+        tasks.append(
+            AppTask(
+                f"apps-{number:05d}",
+                kind,
+                draft.instruction,
+                world,
+                tuple(draft.calls),
+                draft.answer,
+                draft.facts,
+            )
+        )
     return tasks
 
 
@@ -703,10 +1038,12 @@ def app_tasks(split: str = "train") -> list[AppTask]:
 
 # Checking -----------------------------------------------------------------------------------------
 
-_FIELDS = {"contacts": ("name", "email", "phone"),
-           "calendar": ("title", "start", "end", "attendees", "location"),
-           "email": ("folder", "from", "to", "subject", "body", "sent_at", "in_reply_to"),
-           "notes": ("title", "body", "tags")}
+_FIELDS = {
+    "contacts": ("name", "email", "phone"),
+    "calendar": ("title", "start", "end", "attendees", "location"),
+    "email": ("folder", "from", "to", "subject", "body", "sent_at", "in_reply_to"),
+    "notes": ("title", "body", "tags"),
+}
 _NOUNS = {"contacts": "contact", "calendar": "event", "email": "email", "notes": "note"}
 #: Fields of a new email that are not compared (its text is checked for facts instead).
 _FREE_EMAIL_FIELDS = ("subject", "body", "sent_at", "in_reply_to")
@@ -738,17 +1075,30 @@ def _canonical(kind: str, obj: dict[str, Any], emails: dict[str, str]) -> dict[s
     """``obj`` without its id, in the form two equivalent objects share (``emails``: contact id
     to address, for attendees)."""
     if kind == "contacts":
-        return {"name": _squash(obj["name"]), "email": str(obj["email"]).lower(),
-                "phone": "".join(ch for ch in str(obj["phone"]) if ch.isdigit())}
+        return {
+            "name": _squash(obj["name"]),
+            "email": str(obj["email"]).lower(),
+            "phone": "".join(ch for ch in str(obj["phone"]) if ch.isdigit()),
+        }
     if kind == "calendar":
-        return {"title": _squash(obj["title"]), "start": obj["start"], "end": obj["end"],
-                "attendees": sorted({emails.get(a, a) for a in obj["attendees"]}),
-                "location": _squash(obj["location"])}
+        return {
+            "title": _squash(obj["title"]),
+            "start": obj["start"],
+            "end": obj["end"],
+            "attendees": sorted({emails.get(a, a) for a in obj["attendees"]}),
+            "location": _squash(obj["location"]),
+        }
     if kind == "email":
-        return {**{key: obj[key] for key in _FIELDS["email"]},
-                "from": str(obj["from"]).lower(), "to": sorted({str(a).lower() for a in obj["to"]})}
-    return {"title": _squash(obj["title"]), "body": _squash(obj["body"]),
-            "tags": sorted({_squash(t) for t in obj["tags"]})}
+        return {
+            **{key: obj[key] for key in _FIELDS["email"]},
+            "from": str(obj["from"]).lower(),
+            "to": sorted({str(a).lower() for a in obj["to"]}),
+        }
+    return {
+        "title": _squash(obj["title"]),
+        "body": _squash(obj["body"]),
+        "tags": sorted({_squash(t) for t in obj["tags"]}),
+    }
 
 
 def _label(kind: str, obj: dict[str, Any]) -> str:
@@ -780,9 +1130,11 @@ def _malformed(state: Any) -> str | None:
     for kind, fields in _FIELDS.items():
         objects = state.get(kind)
         if not isinstance(objects, list) or not all(
-                isinstance(o, dict) and {"id", *fields} <= o.keys() for o in objects):
-            return (f"the apps' state is malformed: {kind} must be a list of objects with id, "
-                    f"{', '.join(fields)}")
+            isinstance(o, dict) and {"id", *fields} <= o.keys() for o in objects
+        ):
+            return (
+                f"the apps' state is malformed: {kind} must be a list of objects with id, {', '.join(fields)}"
+            )
     return None
 
 
@@ -820,16 +1172,17 @@ class _Comparison:
         problems = [p for oid in before for p in self._existing(oid, want.get(oid), have.get(oid))]
         new_want = [o for oid, o in want.items() if oid not in before]
         new_have = [o for oid, o in have.items() if oid not in before]
-        lost, extra = _match([[self._fits(w, h) for h in new_have] for w in new_want],
-                             len(new_have))
-        problems += [_describe(self.kind, new_want[i], self.task.facts.get(new_want[i]["id"], ()))
-                     for i in lost]
-        problems += [f"unexpected new {self.noun} {new_have[j]['id']} "
-                     f"({_label(self.kind, new_have[j])})" for j in extra]
+        lost, extra = _match([[self._fits(w, h) for h in new_have] for w in new_want], len(new_have))
+        problems += [
+            _describe(self.kind, new_want[i], self.task.facts.get(new_want[i]["id"], ())) for i in lost
+        ]
+        problems += [
+            f"unexpected new {self.noun} {new_have[j]['id']} ({_label(self.kind, new_have[j])})"
+            for j in extra
+        ]
         return problems
 
-    def _existing(self, oid: str, want: dict[str, Any] | None,
-                  have: dict[str, Any] | None) -> list[str]:
+    def _existing(self, oid: str, want: dict[str, Any] | None, have: dict[str, Any] | None) -> list[str]:
         if want is None and have is None:
             return []
         if have is None:
@@ -865,10 +1218,34 @@ class _Comparison:
         return _squash(original["subject"]) in _squash(have["subject"])
 
 
-_WORD_NUMBERS = {word: n for n, word in enumerate((
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-    "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen",
-    "nineteen", "twenty"))}
+_WORD_NUMBERS = {
+    word: n
+    for n, word in enumerate(
+        (
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+            "thirteen",
+            "fourteen",
+            "fifteen",
+            "sixteen",
+            "seventeen",
+            "eighteen",
+            "nineteen",
+            "twenty",
+        )
+    )
+}
 _CLOCK = re.compile(r"(?<![\d:])(\d{1,2})(?::(\d{2}))?(?:\s*([ap])\.?m\b\.?)?(?![\d:])")
 _PHONE_RUN = re.compile(r"\+?\d[\d\s().-]{5,}\d")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -896,8 +1273,7 @@ def _phones(text: str) -> set[str]:
 
 def _numbers(text: str) -> set[int]:
     words = _normalize(text).split()
-    return {int(w) if w.isdigit() else _WORD_NUMBERS[w] for w in words
-            if w.isdigit() or w in _WORD_NUMBERS}
+    return {int(w) if w.isdigit() else _WORD_NUMBERS[w] for w in words if w.isdigit() or w in _WORD_NUMBERS}
 
 
 def _normalize(text: str) -> str:
@@ -925,8 +1301,11 @@ def check(task: AppTask, final_state: Any, answer: str | None = None) -> CheckRe
     if malformed:
         return CheckResult(False, [malformed])
     expected = expected_state(task)
-    problems = [f"{key} is {final_state.get(key)!r}, expected {expected[key]!r}"
-                for key in ("today", "user") if final_state.get(key) != expected[key]]
+    problems = [
+        f"{key} is {final_state.get(key)!r}, expected {expected[key]!r}"
+        for key in ("today", "user")
+        if final_state.get(key) != expected[key]
+    ]
     for kind in COLLECTIONS:
         problems += _Comparison(task, kind, expected, final_state).problems()
     if task.answer is not None and not answer_matches(task.answer, answer):

@@ -52,19 +52,32 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["APIS", "COLLECTIONS", "FOLDERS", "NOW", "Api", "AppError", "call", "empty_state",
-           "main", "new_id"]
+__all__ = [
+    "APIS",
+    "COLLECTIONS",
+    "FOLDERS",
+    "NOW",
+    "Api",
+    "AppError",
+    "call",
+    "empty_state",
+    "main",
+    "new_id",
+]
 
 #: The world's time of day: "now" is ``today`` at this time. Sent emails are stamped with it.
 NOW = "09:00"
 #: The state's collections and the prefixes of their ids.
-COLLECTIONS: dict[str, str] = {"contacts": "con", "calendar": "evt", "email": "msg",
-                               "notes": "note"}
+COLLECTIONS: dict[str, str] = {"contacts": "con", "calendar": "evt", "email": "msg", "notes": "note"}
 FOLDERS: tuple[str, ...] = ("inbox", "sent")
 
 _NOUNS = {"contacts": "contact", "calendar": "event", "email": "message", "notes": "note"}
-_FINDERS = {"contacts": "contacts_search", "calendar": "calendar_list_events or "
-            "calendar_search_events", "email": "email_search", "notes": "notes_list"}
+_FINDERS = {
+    "contacts": "contacts_search",
+    "calendar": "calendar_list_events or calendar_search_events",
+    "email": "email_search",
+    "notes": "notes_list",
+}
 _ADDRESS = re.compile(r"[^@\s]+@[^@\s]+\.[a-z]{2,}")
 _PHONE = re.compile(r"\+?[\d\s().-]+")
 _NAMED = re.compile(r"[^<>]*<([^<>]+)>")
@@ -91,10 +104,12 @@ class Api:
 
 def empty_state(today: str, user_name: str, user_email: str) -> State:
     """A state with no objects, dated ``today`` (YYYY-MM-DD), belonging to the named user."""
-    return {"today": date.fromisoformat(today).isoformat(),
-            "user": {"name": user_name, "email": user_email.lower()},
-            **{kind: [] for kind in COLLECTIONS},
-            "next_id": {kind: 1 for kind in COLLECTIONS}}
+    return {
+        "today": date.fromisoformat(today).isoformat(),
+        "user": {"name": user_name, "email": user_email.lower()},
+        **{kind: [] for kind in COLLECTIONS},
+        "next_id": {kind: 1 for kind in COLLECTIONS},
+    }
 
 
 def new_id(state: State, kind: str) -> str:
@@ -144,11 +159,14 @@ def _datetime(value: str, name: str) -> str:
     except ValueError:
         moment = None
     if moment is None:
-        raise AppError(f"{name} {value!r} is not a datetime; write it as YYYY-MM-DDTHH:MM, "
-                       f"e.g. 2025-03-14T15:30.")
+        raise AppError(
+            f"{name} {value!r} is not a datetime; write it as YYYY-MM-DDTHH:MM, e.g. 2025-03-14T15:30."
+        )
     if moment.tzinfo is not None or moment.second or moment.microsecond:
-        raise AppError(f"{name} {value!r}: give a local time to the minute, without seconds or "
-                       f"a timezone (YYYY-MM-DDTHH:MM).")
+        raise AppError(
+            f"{name} {value!r}: give a local time to the minute, without seconds or "
+            f"a timezone (YYYY-MM-DDTHH:MM)."
+        )
     return moment.strftime("%Y-%m-%dT%H:%M")
 
 
@@ -169,8 +187,7 @@ def _new_address(state: State, value: str, exclude: str | None = None) -> str:
         raise AppError(f"{value!r} is not an email address.")
     for contact in state["contacts"]:
         if contact["email"] == address and contact["id"] != exclude:
-            raise AppError(f"{address} is already the email of contact {contact['id']} "
-                           f"({contact['name']}).")
+            raise AppError(f"{address} is already the email of contact {contact['id']} ({contact['name']}).")
     return address
 
 
@@ -195,8 +212,10 @@ def _attendees(state: State, values: list[str]) -> list[str]:
     for value in values:
         contact = _contact_for(state, value)
         if contact is None:
-            raise AppError(f"Unknown attendee {value!r}: give contact ids (contacts_search finds "
-                           f"them) or contacts' email addresses.")
+            raise AppError(
+                f"Unknown attendee {value!r}: give contact ids (contacts_search finds "
+                f"them) or contacts' email addresses."
+            )
         if contact["id"] not in ids:
             ids.append(contact["id"])
     return ids
@@ -209,8 +228,9 @@ def _recipients(state: State, values: list[str]) -> list[str]:
     for value in values:
         address = value.strip().lower()
         if address not in known:
-            raise AppError(f"{value!r} is not the email address of any contact; find addresses "
-                           f"with contacts_search.")
+            raise AppError(
+                f"{value!r} is not the email address of any contact; find addresses with contacts_search."
+            )
         if address not in addresses:
             addresses.append(address)
     if not addresses:
@@ -231,8 +251,7 @@ def _tags(values: list[str]) -> list[str]:
 
 
 def contacts_search(state: State, query: str) -> list[dict[str, Any]]:
-    return [dict(c) for c in state["contacts"]
-            if _matches(query, c["name"], c["email"], c["phone"])]
+    return [dict(c) for c in state["contacts"] if _matches(query, c["name"], c["email"], c["phone"])]
 
 
 def contacts_get(state: State, contact_id: str) -> dict[str, Any]:
@@ -240,15 +259,15 @@ def contacts_get(state: State, contact_id: str) -> dict[str, Any]:
 
 
 def contacts_create(state: State, name: str, email: str, phone: str = "") -> dict[str, Any]:
-    contact = {"name": _text(name, "name"), "email": _new_address(state, email),
-               "phone": _phone(phone)}
+    contact = {"name": _text(name, "name"), "email": _new_address(state, email), "phone": _phone(phone)}
     contact = {"id": new_id(state, "contacts"), **contact}
     state["contacts"].append(contact)
     return dict(contact)
 
 
-def contacts_update(state: State, contact_id: str, name: str | None = None,
-                    email: str | None = None, phone: str | None = None) -> dict[str, Any]:
+def contacts_update(
+    state: State, contact_id: str, name: str | None = None, email: str | None = None, phone: str | None = None
+) -> dict[str, Any]:
     contact = _get(state, "contacts", contact_id)
     changes: dict[str, Any] = {}
     if name is not None:
@@ -282,36 +301,48 @@ def calendar_list_events(state: State, start_date: str, end_date: str) -> list[d
     if last < first:
         raise AppError(f"end_date {end_date} is before start_date {start_date}.")
     low, high = f"{first.isoformat()}T00:00", f"{(last + timedelta(days=1)).isoformat()}T00:00"
-    return [_event_view(state, e) for e in _by_start(state["calendar"])
-            if e["start"] < high and e["end"] > low]
+    return [
+        _event_view(state, e) for e in _by_start(state["calendar"]) if e["start"] < high and e["end"] > low
+    ]
 
 
 def calendar_search_events(state: State, query: str) -> list[dict[str, Any]]:
-    return [_event_view(state, e) for e in _by_start(state["calendar"])
-            if _matches(query, e["title"], e["location"])]
+    return [
+        _event_view(state, e)
+        for e in _by_start(state["calendar"])
+        if _matches(query, e["title"], e["location"])
+    ]
 
 
 def calendar_get_event(state: State, event_id: str) -> dict[str, Any]:
     return _event_view(state, _get(state, "calendar", event_id))
 
 
-def calendar_create_event(state: State, title: str, start: str, end: str,
-                          attendees: list[str] | None = None,
-                          location: str = "") -> dict[str, Any]:
-    event: dict[str, Any] = {"title": _text(title, "title"), "start": _datetime(start, "start"),
-                             "end": _datetime(end, "end"),
-                             "attendees": _attendees(state, attendees or []),
-                             "location": location.strip()}
+def calendar_create_event(
+    state: State, title: str, start: str, end: str, attendees: list[str] | None = None, location: str = ""
+) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "title": _text(title, "title"),
+        "start": _datetime(start, "start"),
+        "end": _datetime(end, "end"),
+        "attendees": _attendees(state, attendees or []),
+        "location": location.strip(),
+    }
     _span(event["start"], event["end"])
     event = {"id": new_id(state, "calendar"), **event}
     state["calendar"].append(event)
     return _event_view(state, event)
 
 
-def calendar_update_event(state: State, event_id: str, title: str | None = None,
-                          start: str | None = None, end: str | None = None,
-                          attendees: list[str] | None = None,
-                          location: str | None = None) -> dict[str, Any]:
+def calendar_update_event(
+    state: State,
+    event_id: str,
+    title: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    attendees: list[str] | None = None,
+    location: str | None = None,
+) -> dict[str, Any]:
     event = _get(state, "calendar", event_id)
     changes: dict[str, Any] = {}
     if title is not None:
@@ -326,8 +357,7 @@ def calendar_update_event(state: State, event_id: str, title: str | None = None,
     if location is not None:
         changes["location"] = location.strip()
     if not changes:
-        raise AppError("Nothing to update: give at least one of title, start, end, attendees, "
-                       "location.")
+        raise AppError("Nothing to update: give at least one of title, start, end, attendees, location.")
     _span(changes.get("start", event["start"]), changes.get("end", event["end"]))
     event.update(changes)
     return _event_view(state, event)
@@ -347,8 +377,11 @@ def _summary(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def email_search(state: State, query: str = "", folder: str = "inbox") -> list[dict[str, Any]]:
-    hits = [m for m in state["email"] if m["folder"] == folder
-            and _matches(query, m["from"], *m["to"], m["subject"], m["body"])]
+    hits = [
+        m
+        for m in state["email"]
+        if m["folder"] == folder and _matches(query, m["from"], *m["to"], m["subject"], m["body"])
+    ]
     return [_summary(m) for m in sorted(hits, key=lambda m: (m["sent_at"], m["id"]), reverse=True)]
 
 
@@ -356,11 +389,17 @@ def email_read(state: State, message_id: str) -> dict[str, Any]:
     return copy.deepcopy(_get(state, "email", message_id))
 
 
-def _send(state: State, to: list[str], subject: str, body: str,
-          in_reply_to: str | None) -> dict[str, Any]:
-    message = {"id": new_id(state, "email"), "folder": "sent", "from": state["user"]["email"],
-               "to": to, "subject": subject, "body": body,
-               "sent_at": f"{state['today']}T{NOW}", "in_reply_to": in_reply_to}
+def _send(state: State, to: list[str], subject: str, body: str, in_reply_to: str | None) -> dict[str, Any]:
+    message = {
+        "id": new_id(state, "email"),
+        "folder": "sent",
+        "from": state["user"]["email"],
+        "to": to,
+        "subject": subject,
+        "body": body,
+        "sent_at": f"{state['today']}T{NOW}",
+        "in_reply_to": in_reply_to,
+    }
     state["email"].append(message)
     return copy.deepcopy(message)
 
@@ -372,8 +411,10 @@ def email_send(state: State, to: list[str], subject: str, body: str) -> dict[str
 def email_reply(state: State, message_id: str, body: str) -> dict[str, Any]:
     original = _get(state, "email", message_id)
     if original["folder"] != "inbox":
-        raise AppError(f"{message_id} is in {original['folder']}; only inbox messages can be "
-                       f"replied to (use email_send to write again).")
+        raise AppError(
+            f"{message_id} is in {original['folder']}; only inbox messages can be "
+            f"replied to (use email_send to write again)."
+        )
     subject = original["subject"]
     if not subject.lower().startswith("re:"):
         subject = f"Re: {subject}"
@@ -385,21 +426,28 @@ def email_reply(state: State, message_id: str, body: str) -> dict[str, Any]:
 
 def notes_list(state: State, tag: str = "", query: str = "") -> list[dict[str, Any]]:
     wanted = tag.strip().casefold()
-    return [copy.deepcopy(n) for n in state["notes"]
-            if (not wanted or wanted in (t.casefold() for t in n["tags"]))
-            and _matches(query, n["title"], n["body"])]
+    return [
+        copy.deepcopy(n)
+        for n in state["notes"]
+        if (not wanted or wanted in (t.casefold() for t in n["tags"]))
+        and _matches(query, n["title"], n["body"])
+    ]
 
 
-def notes_create(state: State, title: str, body: str,
-                 tags: list[str] | None = None) -> dict[str, Any]:
+def notes_create(state: State, title: str, body: str, tags: list[str] | None = None) -> dict[str, Any]:
     note = {"title": _text(title, "title"), "body": body.strip(), "tags": _tags(tags or [])}
     note = {"id": new_id(state, "notes"), **note}
     state["notes"].append(note)
     return copy.deepcopy(note)
 
 
-def notes_update(state: State, note_id: str, title: str | None = None, body: str | None = None,
-                 tags: list[str] | None = None) -> dict[str, Any]:
+def notes_update(
+    state: State,
+    note_id: str,
+    title: str | None = None,
+    body: str | None = None,
+    tags: list[str] | None = None,
+) -> dict[str, Any]:
     note = _get(state, "notes", note_id)
     changes: dict[str, Any] = {}
     if title is not None:
@@ -430,11 +478,20 @@ def _list(description: str) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string"}, "description": description}
 
 
-def _api(fn: Callable[..., Any], description: str, properties: dict[str, Any],
-         required: tuple[str, ...] = ()) -> Api:
-    return Api(fn.__name__, description, {"type": "object", "properties": properties,
-                                          "required": list(required),
-                                          "additionalProperties": False}, fn)
+def _api(
+    fn: Callable[..., Any], description: str, properties: dict[str, Any], required: tuple[str, ...] = ()
+) -> Api:
+    return Api(
+        fn.__name__,
+        description,
+        {
+            "type": "object",
+            "properties": properties,
+            "required": list(required),
+            "additionalProperties": False,
+        },
+        fn,
+    )
 
 
 _WHEN = "local time YYYY-MM-DDTHH:MM"
@@ -443,61 +500,130 @@ _CONTACT_ID = _s("a contact id, e.g. con-0003")
 _EVENT_ID = _s("an event id, e.g. evt-0007")
 _NOTE_ID = _s("a note id, e.g. note-0002")
 
-APIS: dict[str, Api] = {api.name: api for api in (
-    _api(contacts_search, "Find contacts whose name, email or phone contains every word of the "
-         "query (case-insensitive; an empty query lists all).",
-         {"query": _s("words to look for")}, ("query",)),
-    _api(contacts_get, "Get one contact by id.", {"contact_id": _CONTACT_ID}, ("contact_id",)),
-    _api(contacts_create, "Add a contact. Its email must not be another contact's.",
-         {"name": _s("full name"), "email": _s("email address"), "phone": _s("phone number")},
-         ("name", "email")),
-    _api(contacts_update, "Change a contact; only the fields given change.",
-         {"contact_id": _CONTACT_ID, "name": _s("full name"), "email": _s("email address"),
-          "phone": _s("phone number")}, ("contact_id",)),
-    _api(calendar_list_events, "List the events that overlap the days start_date to end_date "
-         "(inclusive), by start time, attendees as 'Name <email>'.",
-         {"start_date": _s("first day, YYYY-MM-DD"), "end_date": _s("last day, YYYY-MM-DD")},
-         ("start_date", "end_date")),
-    _api(calendar_search_events, "Find events whose title or location contains every word of "
-         "the query (case-insensitive), by start time.",
-         {"query": _s("words to look for")}, ("query",)),
-    _api(calendar_get_event, "Get one event by id.", {"event_id": _EVENT_ID}, ("event_id",)),
-    _api(calendar_create_event, "Create an event. The user attends every event; attendees are "
-         "the others invited.",
-         {"title": _s("title"), "start": _s(_WHEN), "end": _s(_WHEN + ", after start"),
-          "attendees": _list(_WHO + " (default: none)"),
-          "location": _s("where (default: empty)")}, ("title", "start", "end")),
-    _api(calendar_update_event, "Change an event; only the fields given change. Giving start "
-         "without end moves the event and keeps its length; attendees replaces the whole list.",
-         {"event_id": _EVENT_ID, "title": _s("title"), "start": _s(_WHEN), "end": _s(_WHEN),
-          "attendees": _list(_WHO),
-          "location": _s("where")}, ("event_id",)),
-    _api(calendar_delete_event, "Delete an event.", {"event_id": _EVENT_ID}, ("event_id",)),
-    _api(email_search, "Find messages of a folder whose sender, recipients, subject or body "
-         "contain every word of the query (case-insensitive), newest first. Returns summaries "
-         "without the body: read a message with email_read.",
-         {"query": _s("words to look for (default: empty, every message)"),
-          "folder": _s("inbox (default) or sent", enum=list(FOLDERS))}),
-    _api(email_read, "Read one message, body included.",
-         {"message_id": _s("a message id, e.g. msg-0012")}, ("message_id",)),
-    _api(email_send, "Send an email from the user to one or more contacts.",
-         {"to": _list("contacts' email addresses"), "subject": _s("subject line"),
-          "body": _s("the text")}, ("to", "subject", "body")),
-    _api(email_reply, "Reply to an inbox message: sends body to its sender, subject 'Re: ...'.",
-         {"message_id": _s("the inbox message's id"), "body": _s("the text")},
-         ("message_id", "body")),
-    _api(notes_list, "List notes (title, body, tags), optionally only those with a tag and/or "
-         "whose title or body contains every word of the query.",
-         {"tag": _s("only notes with this tag (case-insensitive)"),
-          "query": _s("words to look for")}),
-    _api(notes_create, "Create a note.",
-         {"title": _s("title"), "body": _s("the text"), "tags": _list("tags (default: none)")},
-         ("title", "body")),
-    _api(notes_update, "Change a note; only the fields given change. tags replaces the whole "
-         "list.", {"note_id": _NOTE_ID, "title": _s("title"), "body": _s("the text"),
-                   "tags": _list("all the note's tags")}, ("note_id",)),
-    _api(notes_delete, "Delete a note.", {"note_id": _NOTE_ID}, ("note_id",)),
-)}
+APIS: dict[str, Api] = {
+    api.name: api
+    for api in (
+        _api(
+            contacts_search,
+            "Find contacts whose name, email or phone contains every word of the "
+            "query (case-insensitive; an empty query lists all).",
+            {"query": _s("words to look for")},
+            ("query",),
+        ),
+        _api(contacts_get, "Get one contact by id.", {"contact_id": _CONTACT_ID}, ("contact_id",)),
+        _api(
+            contacts_create,
+            "Add a contact. Its email must not be another contact's.",
+            {"name": _s("full name"), "email": _s("email address"), "phone": _s("phone number")},
+            ("name", "email"),
+        ),
+        _api(
+            contacts_update,
+            "Change a contact; only the fields given change.",
+            {
+                "contact_id": _CONTACT_ID,
+                "name": _s("full name"),
+                "email": _s("email address"),
+                "phone": _s("phone number"),
+            },
+            ("contact_id",),
+        ),
+        _api(
+            calendar_list_events,
+            "List the events that overlap the days start_date to end_date "
+            "(inclusive), by start time, attendees as 'Name <email>'.",
+            {"start_date": _s("first day, YYYY-MM-DD"), "end_date": _s("last day, YYYY-MM-DD")},
+            ("start_date", "end_date"),
+        ),
+        _api(
+            calendar_search_events,
+            "Find events whose title or location contains every word of "
+            "the query (case-insensitive), by start time.",
+            {"query": _s("words to look for")},
+            ("query",),
+        ),
+        _api(calendar_get_event, "Get one event by id.", {"event_id": _EVENT_ID}, ("event_id",)),
+        _api(
+            calendar_create_event,
+            "Create an event. The user attends every event; attendees are the others invited.",
+            {
+                "title": _s("title"),
+                "start": _s(_WHEN),
+                "end": _s(_WHEN + ", after start"),
+                "attendees": _list(_WHO + " (default: none)"),
+                "location": _s("where (default: empty)"),
+            },
+            ("title", "start", "end"),
+        ),
+        _api(
+            calendar_update_event,
+            "Change an event; only the fields given change. Giving start "
+            "without end moves the event and keeps its length; attendees replaces the whole list.",
+            {
+                "event_id": _EVENT_ID,
+                "title": _s("title"),
+                "start": _s(_WHEN),
+                "end": _s(_WHEN),
+                "attendees": _list(_WHO),
+                "location": _s("where"),
+            },
+            ("event_id",),
+        ),
+        _api(calendar_delete_event, "Delete an event.", {"event_id": _EVENT_ID}, ("event_id",)),
+        _api(
+            email_search,
+            "Find messages of a folder whose sender, recipients, subject or body "
+            "contain every word of the query (case-insensitive), newest first. Returns summaries "
+            "without the body: read a message with email_read.",
+            {
+                "query": _s("words to look for (default: empty, every message)"),
+                "folder": _s("inbox (default) or sent", enum=list(FOLDERS)),
+            },
+        ),
+        _api(
+            email_read,
+            "Read one message, body included.",
+            {"message_id": _s("a message id, e.g. msg-0012")},
+            ("message_id",),
+        ),
+        _api(
+            email_send,
+            "Send an email from the user to one or more contacts.",
+            {"to": _list("contacts' email addresses"), "subject": _s("subject line"), "body": _s("the text")},
+            ("to", "subject", "body"),
+        ),
+        _api(
+            email_reply,
+            "Reply to an inbox message: sends body to its sender, subject 'Re: ...'.",
+            {"message_id": _s("the inbox message's id"), "body": _s("the text")},
+            ("message_id", "body"),
+        ),
+        _api(
+            notes_list,
+            "List notes (title, body, tags), optionally only those with a tag and/or "
+            "whose title or body contains every word of the query.",
+            {"tag": _s("only notes with this tag (case-insensitive)"), "query": _s("words to look for")},
+        ),
+        _api(
+            notes_create,
+            "Create a note.",
+            {"title": _s("title"), "body": _s("the text"), "tags": _list("tags (default: none)")},
+            ("title", "body"),
+        ),
+        _api(
+            notes_update,
+            "Change a note; only the fields given change. tags replaces the whole list.",
+            {
+                "note_id": _NOTE_ID,
+                "title": _s("title"),
+                "body": _s("the text"),
+                "tags": _list("all the note's tags"),
+            },
+            ("note_id",),
+        ),
+        _api(notes_delete, "Delete a note.", {"note_id": _NOTE_ID}, ("note_id",)),
+    )
+}
 
 
 def _check_arguments(api: Api, arguments: Any) -> None:
@@ -506,8 +632,10 @@ def _check_arguments(api: Api, arguments: Any) -> None:
     properties = api.parameters["properties"]
     unexpected = sorted(set(arguments) - set(properties))
     if unexpected:
-        raise AppError(f"{api.name} got unexpected argument(s) {', '.join(unexpected)}; it takes: "
-                       f"{', '.join(properties)}.")
+        raise AppError(
+            f"{api.name} got unexpected argument(s) {', '.join(unexpected)}; it takes: "
+            f"{', '.join(properties)}."
+        )
     missing = [key for key in api.parameters["required"] if key not in arguments]
     if missing:
         raise AppError(f"{api.name} is missing required argument(s): {', '.join(missing)}.")
@@ -516,11 +644,11 @@ def _check_arguments(api: Api, arguments: Any) -> None:
         if schema["type"] == "string" and not isinstance(value, str):
             raise AppError(f"{api.name}: {key} must be a string, got {json.dumps(value)}.")
         if schema["type"] == "array" and not (
-                isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            isinstance(value, list) and all(isinstance(v, str) for v in value)
+        ):
             raise AppError(f"{api.name}: {key} must be a list of strings, got {json.dumps(value)}.")
         if "enum" in schema and value not in schema["enum"]:
-            raise AppError(f"{api.name}: {key} must be one of {', '.join(schema['enum'])}, "
-                           f"got {value!r}.")
+            raise AppError(f"{api.name}: {key} must be one of {', '.join(schema['enum'])}, got {value!r}.")
 
 
 def call(state: State, name: str, arguments: dict[str, Any] | None = None) -> Any:
@@ -562,8 +690,9 @@ def _save(path: Path, state: State) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``call NAME ARGUMENTS --state FILE`` (see the module documentation); the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m agentgym.envs.tooluse.apps",
-                                     description="Call an API of the apps on a state file.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym.envs.tooluse.apps", description="Call an API of the apps on a state file."
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     one = commands.add_parser("call", help="call one API; print its result as JSON")
     one.add_argument("name", help=f"one of: {', '.join(APIS)}")

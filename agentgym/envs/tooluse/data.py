@@ -57,9 +57,22 @@ from typing import Any, NamedTuple, TypeVar
 from agentgym import seeding
 from agentgym.seeding import SPLITS
 
-__all__ = ["ANSWER_TYPES", "DATABASE", "DEFAULT_NUM_DATA_TASKS", "EMPLOYEES", "FILES", "KINDS",
-           "SALES", "SPLITS", "DataTask", "check_answer", "data_task_split", "data_tasks",
-           "generate_data_tasks", "materialize"]
+__all__ = [
+    "ANSWER_TYPES",
+    "DATABASE",
+    "DEFAULT_NUM_DATA_TASKS",
+    "EMPLOYEES",
+    "FILES",
+    "KINDS",
+    "SALES",
+    "SPLITS",
+    "DataTask",
+    "check_answer",
+    "data_task_split",
+    "data_tasks",
+    "generate_data_tasks",
+    "materialize",
+]
 
 ANSWER_TYPES: tuple[str, ...] = ("number", "name", "list", "ordered_list")
 DEFAULT_NUM_DATA_TASKS = 600
@@ -69,8 +82,10 @@ FILES: tuple[str, ...] = (SALES, EMPLOYEES, DATABASE)
 
 _MONEY = "Answer with the number only, rounded to 2 decimals."
 _COUNT = "Answer with a whole number only."
-_COMPLETED = ("count only orders whose status is 'completed'; an order's amount is the sum of "
-              "quantity * unit_price over its order_items")
+_COMPLETED = (
+    "count only orders whose status is 'completed'; an order's amount is the sum of "
+    "quantity * unit_price over its order_items"
+)
 
 
 @dataclass(frozen=True)
@@ -95,41 +110,137 @@ class DataTask:
 
 # Data ---------------------------------------------------------------------------------------------
 
-_FIRST_NAMES = ("Alice", "Bruno", "Carmen", "Dmitri", "Elena", "Farah", "Gustavo", "Hana", "Ivan",
-                "Jamal", "Keiko", "Liam", "Maya", "Nikhil", "Olga", "Pedro", "Quinn", "Rosa",
-                "Samir", "Tara", "Umar", "Vera", "Wei", "Ximena", "Yusuf", "Zoe", "Aaron",
-                "Bianca", "Chen", "Diana", "Emeka", "Fiona", "Goran", "Helga", "Ines", "Jonas",
-                "Kofi", "Lena", "Marco", "Nadia")
-_LAST_NAMES = ("Abbott", "Barros", "Castillo", "Dubois", "Eriksen", "Fischer", "Garcia", "Haddad",
-               "Ito", "Jensen", "Kowalski", "Larsen", "Moreau", "Nakamura", "Okafor", "Petrov",
-               "Quintero", "Rossi", "Silva", "Tanaka", "Uddin", "Varga", "Weber", "Xu", "Yilmaz",
-               "Zimmer", "Alvarez", "Brennan", "Costa", "Dalton", "Esposito", "Ferreira", "Gupta",
-               "Hoffmann", "Ibrahim", "Jovanovic", "Keller", "Lindqvist", "Mendes", "Novak")
+_FIRST_NAMES = (
+    "Alice",
+    "Bruno",
+    "Carmen",
+    "Dmitri",
+    "Elena",
+    "Farah",
+    "Gustavo",
+    "Hana",
+    "Ivan",
+    "Jamal",
+    "Keiko",
+    "Liam",
+    "Maya",
+    "Nikhil",
+    "Olga",
+    "Pedro",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Wei",
+    "Ximena",
+    "Yusuf",
+    "Zoe",
+    "Aaron",
+    "Bianca",
+    "Chen",
+    "Diana",
+    "Emeka",
+    "Fiona",
+    "Goran",
+    "Helga",
+    "Ines",
+    "Jonas",
+    "Kofi",
+    "Lena",
+    "Marco",
+    "Nadia",
+)
+_LAST_NAMES = (
+    "Abbott",
+    "Barros",
+    "Castillo",
+    "Dubois",
+    "Eriksen",
+    "Fischer",
+    "Garcia",
+    "Haddad",
+    "Ito",
+    "Jensen",
+    "Kowalski",
+    "Larsen",
+    "Moreau",
+    "Nakamura",
+    "Okafor",
+    "Petrov",
+    "Quintero",
+    "Rossi",
+    "Silva",
+    "Tanaka",
+    "Uddin",
+    "Varga",
+    "Weber",
+    "Xu",
+    "Yilmaz",
+    "Zimmer",
+    "Alvarez",
+    "Brennan",
+    "Costa",
+    "Dalton",
+    "Esposito",
+    "Ferreira",
+    "Gupta",
+    "Hoffmann",
+    "Ibrahim",
+    "Jovanovic",
+    "Keller",
+    "Lindqvist",
+    "Mendes",
+    "Novak",
+)
 _REGIONS = ("North", "South", "East", "West", "Central", "Coastal", "Mountain")
 #: Sales products and their list prices in cents.
-_SALES_PRODUCTS = (("Desk Lamp", 2999), ("Office Chair", 14900), ("Standing Desk", 39900),
-                   ("Monitor Arm", 8950), ("Keyboard", 4999), ("Wireless Mouse", 2499),
-                   ("Webcam", 6999), ("Headset", 7999), ("USB Hub", 1999), ("Laptop Stand", 3499),
-                   ("Notebook Pack", 899), ("Whiteboard", 5999))
-_DEPARTMENTS = ("Engineering", "Sales", "Marketing", "Finance", "Support", "Operations", "Legal",
-                "Research")
-_CITIES = ("Lisbon", "Oslo", "Austin", "Toronto", "Nairobi", "Osaka", "Lyon", "Denver", "Porto",
-           "Dublin")
+_SALES_PRODUCTS = (
+    ("Desk Lamp", 2999),
+    ("Office Chair", 14900),
+    ("Standing Desk", 39900),
+    ("Monitor Arm", 8950),
+    ("Keyboard", 4999),
+    ("Wireless Mouse", 2499),
+    ("Webcam", 6999),
+    ("Headset", 7999),
+    ("USB Hub", 1999),
+    ("Laptop Stand", 3499),
+    ("Notebook Pack", 899),
+    ("Whiteboard", 5999),
+)
+_DEPARTMENTS = ("Engineering", "Sales", "Marketing", "Finance", "Support", "Operations", "Legal", "Research")
+_CITIES = ("Lisbon", "Oslo", "Austin", "Toronto", "Nairobi", "Osaka", "Lyon", "Denver", "Porto", "Dublin")
 #: Shop products: name, category, price in cents.
 _SHOP_PRODUCTS = (
-    ("Chef Knife", "Kitchen", 4500), ("Cast Iron Pan", "Kitchen", 3899),
-    ("Coffee Grinder", "Kitchen", 5499), ("Tea Kettle", "Kitchen", 2999),
-    ("Cutting Board", "Kitchen", 1850), ("Spice Rack", "Kitchen", 2200),
-    ("Pruning Shears", "Garden", 1999), ("Watering Can", "Garden", 1499),
-    ("Garden Hose", "Garden", 3499), ("Seed Starter Kit", "Garden", 1299),
-    ("Trowel", "Garden", 999), ("Camping Lantern", "Outdoor", 2799),
-    ("Trail Backpack", "Outdoor", 8999), ("Sleeping Bag", "Outdoor", 6499),
-    ("Water Filter", "Outdoor", 3999), ("Folding Chair", "Outdoor", 2499),
-    ("Puzzle Cube", "Toys", 1199), ("Building Blocks", "Toys", 3499), ("Kite", "Toys", 1599),
-    ("Board Game", "Toys", 2999), ("Plush Bear", "Toys", 1899),
-    ("Bluetooth Speaker", "Electronics", 4999), ("Phone Charger", "Electronics", 1999),
-    ("Smart Plug", "Electronics", 1499), ("E-Reader", "Electronics", 11999),
-    ("Fitness Tracker", "Electronics", 7999))
+    ("Chef Knife", "Kitchen", 4500),
+    ("Cast Iron Pan", "Kitchen", 3899),
+    ("Coffee Grinder", "Kitchen", 5499),
+    ("Tea Kettle", "Kitchen", 2999),
+    ("Cutting Board", "Kitchen", 1850),
+    ("Spice Rack", "Kitchen", 2200),
+    ("Pruning Shears", "Garden", 1999),
+    ("Watering Can", "Garden", 1499),
+    ("Garden Hose", "Garden", 3499),
+    ("Seed Starter Kit", "Garden", 1299),
+    ("Trowel", "Garden", 999),
+    ("Camping Lantern", "Outdoor", 2799),
+    ("Trail Backpack", "Outdoor", 8999),
+    ("Sleeping Bag", "Outdoor", 6499),
+    ("Water Filter", "Outdoor", 3999),
+    ("Folding Chair", "Outdoor", 2499),
+    ("Puzzle Cube", "Toys", 1199),
+    ("Building Blocks", "Toys", 3499),
+    ("Kite", "Toys", 1599),
+    ("Board Game", "Toys", 2999),
+    ("Plush Bear", "Toys", 1899),
+    ("Bluetooth Speaker", "Electronics", 4999),
+    ("Phone Charger", "Electronics", 1999),
+    ("Smart Plug", "Electronics", 1499),
+    ("E-Reader", "Electronics", 11999),
+    ("Fitness Tracker", "Electronics", 7999),
+)
 _STATUSES = ("completed", "cancelled", "returned")
 _YEARS = ("2023", "2024")
 _START = date(2023, 1, 1)
@@ -203,8 +314,7 @@ def _day(rng: random.Random, start: date = _START, days: int = _DAYS) -> str:
 
 def _names(rng: random.Random, n: int) -> list[str]:
     picks = rng.sample(range(len(_FIRST_NAMES) * len(_LAST_NAMES)), n)
-    return [f"{_FIRST_NAMES[i % len(_FIRST_NAMES)]} {_LAST_NAMES[i // len(_FIRST_NAMES)]}"
-            for i in picks]
+    return [f"{_FIRST_NAMES[i % len(_FIRST_NAMES)]} {_LAST_NAMES[i // len(_FIRST_NAMES)]}" for i in picks]
 
 
 def _weights(rng: random.Random, n: int) -> list[float]:
@@ -219,9 +329,10 @@ def _sales(seed: int) -> _Sales:
     n = rng.randint(200, 2000)
     where = rng.choices(regions, _weights(rng, len(regions)), k=n)
     what = rng.choices(catalog, _weights(rng, len(catalog)), k=n)
-    rows = [_Sale(_day(rng), region, name, rng.randint(1, 25),
-                  round(price * rng.uniform(0.85, 1.15)))
-            for region, (name, price) in zip(where, what)]
+    rows = [
+        _Sale(_day(rng), region, name, rng.randint(1, 25), round(price * rng.uniform(0.85, 1.15)))
+        for region, (name, price) in zip(where, what)
+    ]
     rows.sort(key=lambda s: s.date)
     return _Sales(regions, tuple(name for name, _ in catalog), tuple(rows))
 
@@ -238,21 +349,30 @@ def _employees(seed: int) -> tuple[_Employee, ...]:
 
     def hire(department: str, low: int, high: int, manager: str) -> str:
         name = next(names)
-        people.append(_Employee(name, department, _salary(rng, low, high),
-                                _day(rng, _HIRED, _HIRE_DAYS), manager))
+        people.append(
+            _Employee(name, department, _salary(rng, low, high), _day(rng, _HIRED, _HIRE_DAYS), manager)
+        )
         return name
 
     chief = hire("Executive", 240_000, 320_000, "")
     managers: dict[str, list[str]] = {}
     for department in departments:
         head = hire(department, 150_000, 220_000, chief)
-        managers[department] = [head] + [hire(department, 105_000, 160_000, head)
-                                         for _ in range(rng.randint(1, 3))]
+        managers[department] = [head] + [
+            hire(department, 105_000, 160_000, head) for _ in range(rng.randint(1, 3))
+        ]
     sizes = _weights(rng, len(departments))
     for name in names:
         department = rng.choices(departments, sizes)[0]
-        people.append(_Employee(name, department, _salary(rng, 45_000, 130_000),
-                                _day(rng, _HIRED, _HIRE_DAYS), rng.choice(managers[department])))
+        people.append(
+            _Employee(
+                name,
+                department,
+                _salary(rng, 45_000, 130_000),
+                _day(rng, _HIRED, _HIRE_DAYS),
+                rng.choice(managers[department]),
+            )
+        )
     rng.shuffle(people)
     return tuple(people)
 
@@ -260,8 +380,10 @@ def _employees(seed: int) -> tuple[_Employee, ...]:
 def _shop(seed: int) -> _Shop:
     rng = seeding.rng("agentgym.tooluse.data", "shop", seed)
     cities = rng.sample(_CITIES, rng.randint(4, 7))
-    customers = tuple(_Customer(i, name, rng.choice(cities), _day(rng, date(2021, 1, 1), 1095))
-                      for i, name in enumerate(_names(rng, rng.randint(25, 60)), 1))
+    customers = tuple(
+        _Customer(i, name, rng.choice(cities), _day(rng, date(2021, 1, 1), 1095))
+        for i, name in enumerate(_names(rng, rng.randint(25, 60)), 1)
+    )
     catalog = rng.sample(_SHOP_PRODUCTS, rng.randint(15, len(_SHOP_PRODUCTS)))
     products = tuple(_Product(i, *entry) for i, entry in enumerate(catalog, 1))
     buyers, popular = _weights(rng, len(customers)), _weights(rng, len(products))
@@ -274,8 +396,9 @@ def _shop(seed: int) -> _Shop:
         picked = dict.fromkeys(rng.choices(products, popular, k=rng.randint(1, 4)))
         for product in picked:
             price = product.price if rng.random() < 0.8 else round(product.price * 0.9)
-            items.append(_Item(len(items) + 1, order_id, product.id,
-                               rng.choice((1, 1, 1, 2, 2, 3, 4, 5)), price))
+            items.append(
+                _Item(len(items) + 1, order_id, product.id, rng.choice((1, 1, 1, 2, 2, 3, 4, 5)), price)
+            )
     return _Shop(customers, products, tuple(orders), tuple(items))
 
 
@@ -314,11 +437,15 @@ def _database(shop: _Shop) -> bytes:
     try:
         con.executescript(_SCHEMA)
         con.executemany("INSERT INTO customers VALUES (?, ?, ?, ?)", shop.customers)
-        con.executemany("INSERT INTO products VALUES (?, ?, ?, ?)",
-                        [(p.id, p.name, p.category, p.price / 100) for p in shop.products])
+        con.executemany(
+            "INSERT INTO products VALUES (?, ?, ?, ?)",
+            [(p.id, p.name, p.category, p.price / 100) for p in shop.products],
+        )
         con.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", shop.orders)
-        con.executemany("INSERT INTO order_items VALUES (?, ?, ?, ?, ?)",
-                        [(*item[:4], item.unit_price / 100) for item in shop.items])
+        con.executemany(
+            "INSERT INTO order_items VALUES (?, ?, ?, ?, ?)",
+            [(*item[:4], item.unit_price / 100) for item in shop.items],
+        )
         con.commit()
         return con.serialize()
     finally:
@@ -331,9 +458,12 @@ def materialize(task: DataTask, directory: Path) -> list[str]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     sales = _sales(task.seed)
-    (directory / SALES).write_bytes(_csv(
-        ("date", "region", "product", "units", "unit_price"),
-        [(*s[:4], _cents(s.price)) for s in sales.rows]))
+    (directory / SALES).write_bytes(
+        _csv(
+            ("date", "region", "product", "units", "unit_price"),
+            [(*s[:4], _cents(s.price)) for s in sales.rows],
+        )
+    )
     (directory / EMPLOYEES).write_bytes(_csv(_Employee._fields, _employees(task.seed)))
     (directory / DATABASE).write_bytes(_database(_shop(task.seed)))
     return list(FILES)
@@ -378,8 +508,9 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _number(instruction: str, value: str, calls: tuple[tuple[str, dict[str, Any]], ...],
-            tolerance: float = 0.01) -> _Question:
+def _number(
+    instruction: str, value: str, calls: tuple[tuple[str, dict[str, Any]], ...], tolerance: float = 0.01
+) -> _Question:
     return _Question(instruction, value, "number", tolerance, calls)
 
 
@@ -421,20 +552,26 @@ def _revenue_sum(rng: random.Random, seed: int) -> _Question | None:
     sales = _sales(seed)
     product, region = rng.choice(sales.products), rng.choice(sales.regions)
     year = rng.choice(_YEARS)
-    rows = [s for s in sales.rows
-            if s.product == product and s.region == region and s.date.startswith(year)]
+    rows = [s for s in sales.rows if s.product == product and s.region == region and s.date.startswith(year)]
     if not rows:
         return None
     return _number(
         f"Using sales.csv, what was the total revenue (units * unit_price, summed over rows) of "
         f"{product} in the {region} region in {year}? {_MONEY}",
         _money(sum(s.units * s.price for s in rows)),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             total = sum(int(r["units"]) * float(r["unit_price"]) for r in rows
                         if r["product"] == $product and r["region"] == $region
                         and r["date"].startswith($year))
             print(f"{total:.2f}")
-        """, product=product, region=region, year=year))
+        """,
+            product=product,
+            region=region,
+            year=year,
+        ),
+    )
 
 
 def _mean_units(rng: random.Random, seed: int) -> _Question | None:
@@ -447,11 +584,17 @@ def _mean_units(rng: random.Random, seed: int) -> _Question | None:
         f"Using sales.csv, what is the average number of units per sale (per row) of {product} "
         f"in the {region} region? {_MONEY}",
         _fixed(Fraction(sum(units), len(units))),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             units = [int(r["units"]) for r in rows
                      if r["product"] == $product and r["region"] == $region]
             print(f"{sum(units) / len(units):.2f}")
-        """, product=product, region=region))
+        """,
+            product=product,
+            region=region,
+        ),
+    )
 
 
 def _top_products(rng: random.Random, seed: int) -> _Question | None:
@@ -469,15 +612,24 @@ def _top_products(rng: random.Random, seed: int) -> _Question | None:
         f"Using sales.csv, which {k} products brought the most revenue (units * unit_price) in "
         f"the {region} region in {year}? Answer with the product names, comma-separated, "
         f"highest revenue first.",
-        ", ".join(top), "ordered_list", 0.0,
-        _python(_SALES_ROWS, """
+        ", ".join(top),
+        "ordered_list",
+        0.0,
+        _python(
+            _SALES_ROWS,
+            """
             totals = {}
             for r in rows:
                 if r["region"] == $region and r["date"].startswith($year):
                     revenue = int(r["units"]) * float(r["unit_price"])
                     totals[r["product"]] = totals.get(r["product"], 0) + revenue
             print(", ".join(sorted(totals, key=totals.get, reverse=True)[:$k]))
-        """, region=region, year=year, k=k))
+        """,
+            region=region,
+            year=year,
+            k=k,
+        ),
+    )
 
 
 def _count_range(rng: random.Random, seed: int) -> _Question | None:
@@ -493,9 +645,17 @@ def _count_range(rng: random.Random, seed: int) -> _Question | None:
         f"Using sales.csv, how many sales (rows) were made in the {region} region from {first} to "
         f"{last}, both dates included? {_COUNT}",
         str(count),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             print(sum(r["region"] == $region and $first <= r["date"] <= $last for r in rows))
-        """, region=region, first=first, last=last), tolerance=0.0)
+        """,
+            region=region,
+            first=first,
+            last=last,
+        ),
+        tolerance=0.0,
+    )
 
 
 def _top_region(rng: random.Random, seed: int) -> _Question | None:
@@ -511,14 +671,22 @@ def _top_region(rng: random.Random, seed: int) -> _Question | None:
     return _Question(
         f"Using sales.csv, which region sold the most units of {product} in {year}? Answer with "
         f"the region name only.",
-        top[0], "name", 0.0,
-        _python(_SALES_ROWS, """
+        top[0],
+        "name",
+        0.0,
+        _python(
+            _SALES_ROWS,
+            """
             units = {}
             for r in rows:
                 if r["product"] == $product and r["date"].startswith($year):
                     units[r["region"]] = units.get(r["region"], 0) + int(r["units"])
             print(max(units, key=units.get))
-        """, product=product, year=year))
+        """,
+            product=product,
+            year=year,
+        ),
+    )
 
 
 def _median_price(rng: random.Random, seed: int) -> _Question | None:
@@ -531,12 +699,18 @@ def _median_price(rng: random.Random, seed: int) -> _Question | None:
         f"Using sales.csv, what is the median unit_price of the {product} sales in the {region} "
         f"region? {_MONEY}",
         _money(statistics.median(Fraction(p) for p in prices)),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             import statistics
             prices = [float(r["unit_price"]) for r in rows
                       if r["product"] == $product and r["region"] == $region]
             print(f"{statistics.median(prices):.2f}")
-        """, product=product, region=region))
+        """,
+            product=product,
+            region=region,
+        ),
+    )
 
 
 def _distinct_days(rng: random.Random, seed: int) -> _Question | None:
@@ -546,13 +720,19 @@ def _distinct_days(rng: random.Random, seed: int) -> _Question | None:
     if not days:
         return None
     return _number(
-        f"Using sales.csv, on how many distinct dates was {product} sold in the {region} region? "
-        f"{_COUNT}",
+        f"Using sales.csv, on how many distinct dates was {product} sold in the {region} region? {_COUNT}",
         str(len(days)),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             print(len({r["date"] for r in rows
                        if r["product"] == $product and r["region"] == $region}))
-        """, product=product, region=region), tolerance=0.0)
+        """,
+            product=product,
+            region=region,
+        ),
+        tolerance=0.0,
+    )
 
 
 def _pct_change(rng: random.Random, seed: int) -> _Question | None:
@@ -560,15 +740,18 @@ def _pct_change(rng: random.Random, seed: int) -> _Question | None:
     region = rng.choice(sales.regions)
     quarters = [_quarter(year, q) for year in (2023, 2024) for q in (1, 2, 3, 4)]
     i = rng.randrange(7)
-    before, after = rng.choice((
-        (quarters[i], quarters[i + 1]),  # quarter over quarter
-        (quarters[i % 4], quarters[i % 4 + 4]),  # year over year
-        (("2023", "2023-01-01", "2023-12-31"), ("2024", "2024-01-01", "2024-12-31")),
-    ))
+    before, after = rng.choice(
+        (
+            (quarters[i], quarters[i + 1]),  # quarter over quarter
+            (quarters[i % 4], quarters[i % 4 + 4]),  # year over year
+            (("2023", "2023-01-01", "2023-12-31"), ("2024", "2024-01-01", "2024-12-31")),
+        )
+    )
 
     def revenue(period: tuple[str, str, str]) -> int:
-        return sum(s.units * s.price for s in sales.rows
-                   if s.region == region and period[1] <= s.date <= period[2])
+        return sum(
+            s.units * s.price for s in sales.rows if s.region == region and period[1] <= s.date <= period[2]
+        )
 
     old, new = revenue(before), revenue(after)
     if not old:
@@ -579,13 +762,22 @@ def _pct_change(rng: random.Random, seed: int) -> _Question | None:
         f"({after[1]} to {after[2]})? Answer with the percentage as a number only, negative for a "
         f"decrease (e.g. -4.25), rounded to 2 decimals.",
         _fixed(Fraction(new - old, old) * 100),
-        _python(_SALES_ROWS, """
+        _python(
+            _SALES_ROWS,
+            """
             def revenue(first, last):
                 return sum(int(r["units"]) * float(r["unit_price"]) for r in rows
                            if r["region"] == $region and first <= r["date"] <= last)
             old, new = revenue($b1, $b2), revenue($a1, $a2)
             print(f"{(new - old) / old * 100:.2f}")
-        """, region=region, b1=before[1], b2=before[2], a1=after[1], a2=after[2]))
+        """,
+            region=region,
+            b1=before[1],
+            b2=before[2],
+            a1=after[1],
+            a2=after[2],
+        ),
+    )
 
 
 def _departments(people: Sequence[_Employee]) -> list[str]:
@@ -604,11 +796,18 @@ def _above_average(rng: random.Random, seed: int) -> _Question | None:
         f"Using employees.csv, which employees of the {department} department earn more than the "
         f"average salary of that department? Answer with their names, comma-separated, in any "
         f"order.",
-        ", ".join(above), "list", 0.0,
-        _python(_EMPLOYEE_ROWS, """
+        ", ".join(above),
+        "list",
+        0.0,
+        _python(
+            _EMPLOYEE_ROWS,
+            """
             mean = sum(int(r["salary"]) for r in rows) / len(rows)
             print(", ".join(r["name"] for r in rows if int(r["salary"]) > mean))
-        """, department=department))
+        """,
+            department=department,
+        ),
+    )
 
 
 def _most_reports(rng: random.Random, seed: int) -> _Question | None:
@@ -618,13 +817,16 @@ def _most_reports(rng: random.Random, seed: int) -> _Question | None:
     return _Question(
         "Using employees.csv, where the manager column names each employee's direct manager: who "
         "has the most direct reports? Answer with the person's name only.",
-        top[0], "name", 0.0,
+        top[0],
+        "name",
+        0.0,
         _python("""
             import csv
             from collections import Counter
             rows = csv.DictReader(open("employees.csv", newline=""))
             print(Counter(r["manager"] for r in rows if r["manager"]).most_common(1)[0][0])
-        """))
+        """),
+    )
 
 
 def _median_salary(rng: random.Random, seed: int) -> _Question | None:
@@ -634,10 +836,15 @@ def _median_salary(rng: random.Random, seed: int) -> _Question | None:
     return _number(
         f"Using employees.csv, what is the median salary in the {department} department? {_MONEY}",
         _fixed(statistics.median(salaries)),
-        _python(_EMPLOYEE_ROWS, """
+        _python(
+            _EMPLOYEE_ROWS,
+            """
             import statistics
             print(f"{statistics.median(int(r['salary']) for r in rows):.2f}")
-        """, department=department))
+        """,
+            department=department,
+        ),
+    )
 
 
 def _hired_count(rng: random.Random, seed: int) -> _Question | None:
@@ -652,15 +859,24 @@ def _hired_count(rng: random.Random, seed: int) -> _Question | None:
         f"Using employees.csv, how many employees of the {department} department were hired from "
         f"{first} to {last}, both dates included? {_COUNT}",
         str(count),
-        _python(_EMPLOYEE_ROWS, """
+        _python(
+            _EMPLOYEE_ROWS,
+            """
             print(sum($first <= r["hire_date"] <= $last for r in rows))
-        """, department=department, first=first, last=last), tolerance=0.0)
+        """,
+            department=department,
+            first=first,
+            last=last,
+        ),
+        tolerance=0.0,
+    )
 
 
 def _spending(shop: _Shop, first: str = "", last: str = "9999") -> Counter[int]:
     """Cents spent per customer id on completed orders dated from ``first`` to ``last``."""
-    kept = {o.id: o.customer_id for o in shop.orders
-            if o.status == "completed" and first <= o.order_date <= last}
+    kept = {
+        o.id: o.customer_id for o in shop.orders if o.status == "completed" and first <= o.order_date <= last
+    }
     spent: Counter[int] = Counter()
     for item in shop.items:
         if item.order_id in kept:
@@ -682,7 +898,8 @@ def _customer_spend(rng: random.Random, seed: int) -> _Question | None:
         f"Using shop.db, how much did {customer.name} spend in total ({_COMPLETED})? {_MONEY}",
         _money(spent),
         _sql(f"""SELECT printf('%.2f', SUM(i.quantity * i.unit_price)) {_JOIN_ITEMS}
-                 WHERE c.name = {_literal(customer.name)} AND o.status = 'completed'"""))
+                 WHERE c.name = {_literal(customer.name)} AND o.status = 'completed'"""),
+    )
 
 
 def _top_customer(rng: random.Random, seed: int) -> _Question | None:
@@ -695,11 +912,14 @@ def _top_customer(rng: random.Random, seed: int) -> _Question | None:
     return _Question(
         f"Using shop.db, which customer spent the most in {year} ({_COMPLETED})? Answer with the "
         f"customer's name only.",
-        name, "name", 0.0,
+        name,
+        "name",
+        0.0,
         _sql(f"""SELECT c.name {_JOIN_ITEMS}
                  WHERE o.status = 'completed' AND o.order_date BETWEEN '{year}-01-01' AND
                  '{year}-12-31' GROUP BY c.id ORDER BY SUM(i.quantity * i.unit_price) DESC
-                 LIMIT 1"""))
+                 LIMIT 1"""),
+    )
 
 
 def _most_ordered(rng: random.Random, seed: int) -> _Question | None:
@@ -718,19 +938,21 @@ def _most_ordered(rng: random.Random, seed: int) -> _Question | None:
         f"Using shop.db, which product of the {category} category was ordered in the largest "
         f"total quantity, counting only orders whose status is 'completed'? Answer with the "
         f"product name only.",
-        top[0], "name", 0.0,
+        top[0],
+        "name",
+        0.0,
         _sql(f"""SELECT p.name FROM products p JOIN order_items i ON i.product_id = p.id
                  JOIN orders o ON o.id = i.order_id
                  WHERE p.category = {_literal(category)} AND o.status = 'completed'
-                 GROUP BY p.id ORDER BY SUM(i.quantity) DESC LIMIT 1"""))
+                 GROUP BY p.id ORDER BY SUM(i.quantity) DESC LIMIT 1"""),
+    )
 
 
 def _city_orders(rng: random.Random, seed: int) -> _Question | None:
     shop = _shop(seed)
     city = rng.choice(sorted({c.city for c in shop.customers}))
     first = _day(rng, _START, _DAYS - 60)
-    last = min((date.fromisoformat(first) + timedelta(days=rng.randint(30, 240))).isoformat(),
-               "2024-12-31")
+    last = min((date.fromisoformat(first) + timedelta(days=rng.randint(30, 240))).isoformat(), "2024-12-31")
     local = {c.id for c in shop.customers if c.city == city}
     count = sum(o.customer_id in local and first <= o.order_date <= last for o in shop.orders)
     if not count:
@@ -742,7 +964,8 @@ def _city_orders(rng: random.Random, seed: int) -> _Question | None:
         _sql(f"""SELECT COUNT(*) FROM orders o JOIN customers c ON c.id = o.customer_id
                  WHERE c.city = {_literal(city)}
                  AND o.order_date BETWEEN '{first}' AND '{last}'"""),
-        tolerance=0.0)
+        tolerance=0.0,
+    )
 
 
 _TEMPLATES: dict[str, Callable[[random.Random, int], _Question | None]] = {
@@ -794,9 +1017,18 @@ def generate_data_tasks(seed: int = 0, num_tasks: int = DEFAULT_NUM_DATA_TASKS) 
         else:
             raise RuntimeError(f"no {kind} question in {_MAX_TRIES} tries")
         used.add(data_seed)
-        tasks.append(DataTask(f"data-{len(tasks):05d}", question.instruction, data_seed, kind,
-                              question.answer, question.answer_type, question.tolerance,
-                              question.expert_calls))
+        tasks.append(
+            DataTask(
+                f"data-{len(tasks):05d}",
+                question.instruction,
+                data_seed,
+                kind,
+                question.answer,
+                question.answer_type,
+                question.tolerance,
+                question.expert_calls,
+            )
+        )
     return tasks
 
 

@@ -51,8 +51,10 @@ __all__ = ["ToolUseEnv"]
 TASK_FAMILIES = ("data", "apps", "all")
 #: The size of an episode's workspace, and of its /tmp, each (the tasks' files take < 1 MiB).
 WORKSPACE_BYTES = 64 << 20
-FORMAT = ('Call one tool per reply: <tool_call>{"name": ..., "arguments": {...}}</tool_call>. '
-          "When you are done, reply <answer>...</answer>.")
+FORMAT = (
+    'Call one tool per reply: <tool_call>{"name": ..., "arguments": {...}}</tool_call>. '
+    "When you are done, reply <answer>...</answer>."
+)
 
 
 class ToolUseEnv(TextEnv):
@@ -70,22 +72,39 @@ class ToolUseEnv(TextEnv):
 
     family: ClassVar[str] = "tooluse"
 
-    def __init__(self, *, tasks: str = "data", split: str = "train", max_turns: int = 12,
-                 timeout_s: float = 10.0, max_output_chars: int = 4000,
-                 isolate: bool | None = None, render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        tasks: str = "data",
+        split: str = "train",
+        max_turns: int = 12,
+        timeout_s: float = 10.0,
+        max_output_chars: int = 4000,
+        isolate: bool | None = None,
+        render_mode: str | None = None,
+    ):
         super().__init__(render_mode)
         if tasks not in TASK_FAMILIES:
             raise ValueError(f"ToolUseEnv: tasks must be one of {TASK_FAMILIES}, got {tasks!r}")
         if isinstance(max_turns, bool) or not isinstance(max_turns, int) or max_turns < 1:
             raise ValueError(f"ToolUseEnv: max_turns must be an int >= 1, got {max_turns!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
-                or not 0 < timeout_s <= MAX_TIMEOUT_S:
-            raise ValueError(f"ToolUseEnv: timeout_s must be seconds in (0, {MAX_TIMEOUT_S}], "
-                             f"got {timeout_s!r}")
-        if isinstance(max_output_chars, bool) or not isinstance(max_output_chars, int) \
-                or not 100 <= max_output_chars <= MAX_OUTPUT_CHARS:
-            raise ValueError(f"ToolUseEnv: max_output_chars must be an int in [100, "
-                             f"{MAX_OUTPUT_CHARS}], got {max_output_chars!r}")
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, (int, float))
+            or not 0 < timeout_s <= MAX_TIMEOUT_S
+        ):
+            raise ValueError(
+                f"ToolUseEnv: timeout_s must be seconds in (0, {MAX_TIMEOUT_S}], got {timeout_s!r}"
+            )
+        if (
+            isinstance(max_output_chars, bool)
+            or not isinstance(max_output_chars, int)
+            or not 100 <= max_output_chars <= MAX_OUTPUT_CHARS
+        ):
+            raise ValueError(
+                f"ToolUseEnv: max_output_chars must be an int in [100, "
+                f"{MAX_OUTPUT_CHARS}], got {max_output_chars!r}"
+            )
         self.max_turns, self.timeout_s, self.max_output_chars = max_turns, timeout_s, max_output_chars
         self.isolate = isolate
         self.tasks = _load_tasks(tasks, split)
@@ -98,8 +117,9 @@ class ToolUseEnv(TextEnv):
 
     # -- episodes ------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a task (``options={"task_id": ...}``, else one drawn with ``seed``) in a clean
         workspace."""
         super().reset(seed=seed)
@@ -107,15 +127,22 @@ class ToolUseEnv(TextEnv):
         self._calls, self._turns, self._done, self._success, self._problems = [], 0, False, False, []
         files = self._prepare()
         tools = render_tools(self._tools())
-        observation = (f"{self.task.instruction}\n\nYou can call these tools:\n{tools}\n{FORMAT}\n"
-                       f"Workspace files: {', '.join(files) or '(none)'}")
+        observation = (
+            f"{self.task.instruction}\n\nYou can call these tools:\n{tools}\n{FORMAT}\n"
+            f"Workspace files: {', '.join(files) or '(none)'}"
+        )
         return observation, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
         if self._done:
-            return ("The episode is over; call reset() to start a new one.", 0.0, True, False,
-                    self._info() | {"action_valid": False})
+            return (
+                "The episode is over; call reset() to start a new one.",
+                0.0,
+                True,
+                False,
+                self._info() | {"action_valid": False},
+            )
         self._turns += 1
         try:
             reply = parse_reply(text, self._tools())
@@ -130,17 +157,22 @@ class ToolUseEnv(TextEnv):
             result = self._toolbox().run(reply)
         except SandboxError as exc:
             if self.sandbox is not None and self.sandbox.alive():  # the call failed, not it
-                return self._answered(f"<tool_response>\nError: {exc}\n</tool_response>", 0.0,
-                                      valid=True)
+                return self._answered(f"<tool_response>\nError: {exc}\n</tool_response>", 0.0, valid=True)
             # The sandbox died under the call: end, say why.
             self._done = True
             message = f"the task's sandbox failed: {exc}"
-            return (f"Error: {message}", 0.0, False, True,
-                    self._info() | {"action_valid": True, "error": message})
+            return (
+                f"Error: {message}",
+                0.0,
+                False,
+                True,
+                self._info() | {"action_valid": True, "error": message},
+            )
         return self._answered(f"<tool_response>\n{result}\n</tool_response>", 0.0, valid=True)
 
-    def _answered(self, observation: str, reward: float, *, valid: bool
-                  ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+    def _answered(
+        self, observation: str, reward: float, *, valid: bool
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
         truncated = not self._done and self._turns >= self.max_turns
         if truncated:
             observation += "\nNo replies left: the episode ends without an answer."
@@ -184,17 +216,17 @@ class ToolUseEnv(TextEnv):
                 pass
         if self.sandbox is not None:
             self.sandbox.close()
-        self.sandbox = LocalSandbox(SandboxLimits(wall_timeout_s=float(self.timeout_s),
-                                                  disk_bytes=WORKSPACE_BYTES),
-                                    bwrap=self.isolate).start()
+        self.sandbox = LocalSandbox(
+            SandboxLimits(wall_timeout_s=float(self.timeout_s), disk_bytes=WORKSPACE_BYTES),
+            bwrap=self.isolate,
+        ).start()
         return self.sandbox
 
     def _toolbox(self) -> Toolbox:
         sandbox = self.sandbox
         if sandbox is None or not sandbox.alive():
             raise SandboxError("the workspace's sandbox is gone")
-        return Toolbox(sandbox, max_output_chars=self.max_output_chars,
-                       default_timeout_s=self.timeout_s)
+        return Toolbox(sandbox, max_output_chars=self.max_output_chars, default_timeout_s=self.timeout_s)
 
     def _grade(self, answer: str) -> bool:
         if not self._is_app_task():

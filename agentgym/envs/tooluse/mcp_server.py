@@ -27,18 +27,27 @@ from agentgym.envs.tooluse.env import ToolUseEnv
 
 __all__ = ["ANSWER", "create_server", "main"]
 
-ANSWER = types.Tool(name="answer", description="Finish the task with your answer (for a task "
-                    "that only asks for actions, a short confirmation).",
-                    input_schema={"type": "object", "properties": {"text": {"type": "string"}},
-                                  "required": ["text"], "additionalProperties": False})
+ANSWER = types.Tool(
+    name="answer",
+    description="Finish the task with your answer (for a task "
+    "that only asks for actions, a short confirmation).",
+    input_schema={
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+        "additionalProperties": False,
+    },
+)
 
 
 def create_server(env: ToolUseEnv) -> Server[Any]:
     """An MCP server over ``env``, which must have been reset on its task."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        tools = [types.Tool(name=t.name, description=t.description, input_schema=dict(t.parameters))
-                 for t in env._tools()]
+        tools = [
+            types.Tool(name=t.name, description=t.description, input_schema=dict(t.parameters))
+            for t in env._tools()
+        ]
         return types.ListToolsResult(tools=[*tools, ANSWER])
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -46,22 +55,26 @@ def create_server(env: ToolUseEnv) -> Server[Any]:
         if params.name == "answer":
             reply = f"<answer>{arguments.get('text', '')}</answer>"
         else:
-            reply = "<tool_call>" + json.dumps({"name": params.name, "arguments": arguments}) \
-                + "</tool_call>"
+            reply = "<tool_call>" + json.dumps({"name": params.name, "arguments": arguments}) + "</tool_call>"
         observation, reward, _terminated, _, info = await anyio.to_thread.run_sync(env.step, reply)
         text = observation.removeprefix("<tool_response>\n").removesuffix("\n</tool_response>")
         if params.name == "answer":
             text += f"\nsolved: {str(bool(info['success'])).lower()} (reward {reward:g})"
-        return types.CallToolResult(content=[types.TextContent(text=text)],
-                                    is_error=not info["action_valid"])
+        return types.CallToolResult(content=[types.TextContent(text=text)], is_error=not info["action_valid"])
 
-    return Server(f"agentgym-tooluse-{env.task.id}", instructions=env.task.instruction,
-                  on_list_tools=list_tools, on_call_tool=call_tool)
+    return Server(
+        f"agentgym-tooluse-{env.task.id}",
+        instructions=env.task.instruction,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agentgym.envs.tooluse.mcp_server",
-                                     description="Serve one tool-use task over MCP (stdio).")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym.envs.tooluse.mcp_server",
+        description="Serve one tool-use task over MCP (stdio).",
+    )
     parser.add_argument("--task-id", required=True)
     parser.add_argument("--split", default="test", choices=("train", "test"))
     args = parser.parse_args(argv)

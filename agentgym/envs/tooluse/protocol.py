@@ -25,8 +25,7 @@ from typing import Any
 
 import jsonschema
 
-__all__ = ["Answer", "Tool", "ToolCall", "ToolCallError", "format_output", "parse_reply",
-           "render_tools"]
+__all__ = ["Answer", "Tool", "ToolCall", "ToolCallError", "format_output", "parse_reply", "render_tools"]
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL | re.IGNORECASE)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
@@ -47,8 +46,14 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling form of this tool."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description,
-                                                 "parameters": dict(self.parameters)}}
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
 
     def problems(self, arguments: Mapping[str, Any]) -> list[str]:
         """What is wrong with ``arguments`` for this tool, one line each (empty when valid)."""
@@ -85,8 +90,10 @@ def parse_reply(text: str, tools: Sequence[Tool]) -> ToolCall | Answer:
     if answers:
         return Answer(answers[-1].strip())
     if not calls:
-        raise ToolCallError('No action found. Call a tool with <tool_call>{"name": ..., '
-                            '"arguments": {...}}</tool_call>, or finish with <answer>...</answer>.')
+        raise ToolCallError(
+            'No action found. Call a tool with <tool_call>{"name": ..., '
+            '"arguments": {...}}</tool_call>, or finish with <answer>...</answer>.'
+        )
     call = _decode(calls[0])
     by_name = {tool.name: tool for tool in tools}
     if call.name not in by_name:
@@ -101,13 +108,15 @@ def _decode(body: str) -> ToolCall:
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
-        raise ToolCallError(f"The tool call is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno}.") from None
+        raise ToolCallError(
+            f"The tool call is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}."
+        ) from None
     except RecursionError:
         raise ToolCallError("The tool call nests arrays or objects too deeply.") from None
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise ToolCallError('A tool call is a JSON object with a "name" (a string) and '
-                            '"arguments" (an object).')
+        raise ToolCallError(
+            'A tool call is a JSON object with a "name" (a string) and "arguments" (an object).'
+        )
     arguments = data.get("arguments", {})
     if isinstance(arguments, str):  # some models encode the arguments object as a string
         try:

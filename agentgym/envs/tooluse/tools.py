@@ -21,8 +21,7 @@ from typing import Any
 from agentgym.envs.tooluse.protocol import Tool, ToolCall, format_output
 from agentgym.sandbox import Sandbox, SandboxError
 
-__all__ = ["APP_STATE", "MAX_OUTPUT_CHARS", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox",
-           "app_tools"]
+__all__ = ["APP_STATE", "MAX_OUTPUT_CHARS", "MAX_TIMEOUT_S", "WORKSPACE_TOOLS", "Toolbox", "app_tools"]
 
 #: The workspace file holding the apps' state.
 APP_STATE = "apps.json"
@@ -38,30 +37,72 @@ MAX_ARGUMENT_CHARS = 100_000
 #: The longest path and file name (in UTF-8 bytes) a file tool takes, Linux's limits.
 MAX_PATH_BYTES, MAX_NAME_BYTES = 4096, 255
 
-_TIMEOUT = {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_S,
-            "description": "wall-clock limit in seconds (default 10)"}
+_TIMEOUT = {
+    "type": "integer",
+    "minimum": 1,
+    "maximum": MAX_TIMEOUT_S,
+    "description": "wall-clock limit in seconds (default 10)",
+}
 _PATH = {"type": "string", "description": "a path relative to the workspace"}
 
 WORKSPACE_TOOLS: tuple[Tool, ...] = (
-    Tool("python", "Run Python 3 code in the workspace (the current directory); returns the exit "
-         "status, stdout and stderr. Only files persist between calls.", {
-             "type": "object", "properties": {"code": {"type": "string"}, "timeout_s": _TIMEOUT},
-             "required": ["code"], "additionalProperties": False}),
-    Tool("bash", "Run a bash command in the workspace; returns the exit status, stdout and stderr.", {
-        "type": "object", "properties": {"command": {"type": "string"}, "timeout_s": _TIMEOUT},
-        "required": ["command"], "additionalProperties": False}),
-    Tool("sql", f"Run one SQL statement on a SQLite database file of the workspace; returns the "
-         f"column names and up to {MAX_ROWS} rows, tab-separated.", {
-             "type": "object", "properties": {"query": {"type": "string"}, "database": _PATH},
-             "required": ["query", "database"], "additionalProperties": False}),
-    Tool("list_files", "List the files under a directory of the workspace, with their sizes.", {
-        "type": "object", "properties": {"path": _PATH}, "additionalProperties": False}),
-    Tool("read_file", "Read a text file of the workspace.", {
-        "type": "object", "properties": {"path": _PATH}, "required": ["path"],
-        "additionalProperties": False}),
-    Tool("write_file", "Create or replace a file of the workspace with the given text.", {
-        "type": "object", "properties": {"path": _PATH, "content": {"type": "string"}},
-        "required": ["path", "content"], "additionalProperties": False}),
+    Tool(
+        "python",
+        "Run Python 3 code in the workspace (the current directory); returns the exit "
+        "status, stdout and stderr. Only files persist between calls.",
+        {
+            "type": "object",
+            "properties": {"code": {"type": "string"}, "timeout_s": _TIMEOUT},
+            "required": ["code"],
+            "additionalProperties": False,
+        },
+    ),
+    Tool(
+        "bash",
+        "Run a bash command in the workspace; returns the exit status, stdout and stderr.",
+        {
+            "type": "object",
+            "properties": {"command": {"type": "string"}, "timeout_s": _TIMEOUT},
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+    ),
+    Tool(
+        "sql",
+        f"Run one SQL statement on a SQLite database file of the workspace; returns the "
+        f"column names and up to {MAX_ROWS} rows, tab-separated.",
+        {
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "database": _PATH},
+            "required": ["query", "database"],
+            "additionalProperties": False,
+        },
+    ),
+    Tool(
+        "list_files",
+        "List the files under a directory of the workspace, with their sizes.",
+        {"type": "object", "properties": {"path": _PATH}, "additionalProperties": False},
+    ),
+    Tool(
+        "read_file",
+        "Read a text file of the workspace.",
+        {
+            "type": "object",
+            "properties": {"path": _PATH},
+            "required": ["path"],
+            "additionalProperties": False,
+        },
+    ),
+    Tool(
+        "write_file",
+        "Create or replace a file of the workspace with the given text.",
+        {
+            "type": "object",
+            "properties": {"path": _PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+            "additionalProperties": False,
+        },
+    ),
 )
 
 # Run inside the sandbox by the sql and list_files tools (argv: database, query / path).
@@ -69,9 +110,11 @@ WORKSPACE_TOOLS: tuple[Tool, ...] = (
 #: ``sys.argv == ["-c"]``, ``exit()`` defined), with site-packages on the path but without running
 #: their ``.pth`` files: an editable install's import hook costs ~12 ms of every call.
 _SITE_PACKAGES = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
-_RUN_CODE = ("import site, sys; site.setquit(); "
-             f"sys.path.extend({_SITE_PACKAGES!r}); "
-             "exec(compile(sys.argv.pop(1), '<string>', 'exec'))")
+_RUN_CODE = (
+    "import site, sys; site.setquit(); "
+    f"sys.path.extend({_SITE_PACKAGES!r}); "
+    "exec(compile(sys.argv.pop(1), '<string>', 'exec'))"
+)
 _SQL = """
 import sqlite3, sys
 con = sqlite3.connect(f"file:{sys.argv[1]}?mode=rw", uri=True)
@@ -113,8 +156,7 @@ class Toolbox:
         default_timeout_s: the wall-clock limit of a code tool called without ``timeout_s``.
     """
 
-    def __init__(self, sandbox: Sandbox, *, max_output_chars: int = 4000,
-                 default_timeout_s: float = 10.0):
+    def __init__(self, sandbox: Sandbox, *, max_output_chars: int = 4000, default_timeout_s: float = 10.0):
         self.sandbox, self.max_output_chars = sandbox, max_output_chars
         self.default_timeout_s = default_timeout_s
 
@@ -152,8 +194,7 @@ class Toolbox:
     def _exec(self, argv: list[str], timeout_s: float, plain: bool = False) -> str:
         """Run ``argv``; code tools show status and both streams, ``plain`` ones their output
         (or the error's last line)."""
-        result = self.sandbox.exec(argv, timeout_s=timeout_s,
-                                   max_output_bytes=4 * self.max_output_chars)
+        result = self.sandbox.exec(argv, timeout_s=timeout_s, max_output_bytes=4 * self.max_output_chars)
         notes = []
         if result.timed_out:
             notes.append(f"killed after {timeout_s:g} s (timeout)")
@@ -164,9 +205,14 @@ class Toolbox:
         if plain:
             lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
             return "Error: " + (notes[0] if notes else (lines[-1] if lines else "failed"))
-        text = (f"exit status: {result.returncode}" + "".join(f" ({n})" for n in notes)
-                + "\nstdout:\n" + result.stdout.decode("utf-8", "replace")
-                + "\nstderr:\n" + result.stderr.decode("utf-8", "replace"))
+        text = (
+            f"exit status: {result.returncode}"
+            + "".join(f" ({n})" for n in notes)
+            + "\nstdout:\n"
+            + result.stdout.decode("utf-8", "replace")
+            + "\nstderr:\n"
+            + result.stderr.decode("utf-8", "replace")
+        )
         return format_output(text, self.max_output_chars)
 
     def _read(self, path: str) -> str:
@@ -185,7 +231,9 @@ class Toolbox:
 
         result = self.sandbox.exec(
             ["python3", "-I", apps.__file__, "call", name, json.dumps(args), "--state", APP_STATE],
-            timeout_s=30, max_output_bytes=4 * self.max_output_chars)
+            timeout_s=30,
+            max_output_bytes=4 * self.max_output_chars,
+        )
         if result.returncode == 0:
             return format_output(result.stdout, self.max_output_chars)
         return "Error: " + format_output(result.stderr, self.max_output_chars).strip()
@@ -202,18 +250,19 @@ def _argument_problem(call: ToolCall) -> str | None:
             text.encode("utf-8")
         except UnicodeEncodeError:
             return "arguments must be valid Unicode text (a lone surrogate is not)."
-    size = sum(len(t) for t in strings) - (len(call.arguments["content"])
-                                           if call.name == "write_file" else 0)
+    size = sum(len(t) for t in strings) - (len(call.arguments["content"]) if call.name == "write_file" else 0)
     if size > MAX_ARGUMENT_CHARS:
-        return (f"the arguments of {call.name} have {size:,} characters; the limit is "
-                f"{MAX_ARGUMENT_CHARS:,} (write long text to a file with write_file).")
+        return (
+            f"the arguments of {call.name} have {size:,} characters; the limit is "
+            f"{MAX_ARGUMENT_CHARS:,} (write long text to a file with write_file)."
+        )
     for key in ("path", "database"):
         path = call.arguments.get(key)
         if isinstance(path, str) and (
-                len(path.encode()) > MAX_PATH_BYTES
-                or any(len(part.encode()) > MAX_NAME_BYTES for part in path.split("/"))):
-            return (f"the path is too long: at most {MAX_PATH_BYTES} bytes, and "
-                    f"{MAX_NAME_BYTES} per name.")
+            len(path.encode()) > MAX_PATH_BYTES
+            or any(len(part.encode()) > MAX_NAME_BYTES for part in path.split("/"))
+        ):
+            return f"the path is too long: at most {MAX_PATH_BYTES} bytes, and {MAX_NAME_BYTES} per name."
     return None
 
 

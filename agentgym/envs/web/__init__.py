@@ -17,9 +17,10 @@ PROMPT = FamilyPrompt(
     "You shop on a web site for exactly what the instruction asks for, then check out. "
     "Each turn you see the current page. In the text shop, act with search[words] or "
     "click[the name of a bracketed element]. In the browser, elements carry refs such as "
-    "[ref=e12]: act with click(e12), fill(e4, \"text\"), select(e7, \"option\"), "
-    "press(\"Enter\"), back() or goto(\"/cart\"); stop() gives up.",
-    example="click[Add to cart]")
+    '[ref=e12]: act with click(e12), fill(e4, "text"), select(e7, "option"), '
+    'press("Enter"), back() or goto("/cart"); stop() gives up.',
+    example="click[Add to cart]",
+)
 
 
 def register() -> None:

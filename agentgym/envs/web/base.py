@@ -45,8 +45,14 @@ class ShopEnvBase(TextEnv):
 
     family: ClassVar[str] = "web"
 
-    def __init__(self, *, split: str = "train", catalog_seed: int = 0, max_steps: int = 30,
-                 render_mode: str | None = None):
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        catalog_seed: int = 0,
+        max_steps: int = 30,
+        render_mode: str | None = None,
+    ):
         super().__init__(render_mode)
         if split not in SPLITS:
             raise ValueError(f"{type(self).__name__}: split must be one of {SPLITS}, got {split!r}")
@@ -64,8 +70,9 @@ class ShopEnvBase(TextEnv):
     def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
         """Pick the task (``options={"task_id": ...}``, else drawn with ``seed``) and a fresh
         visitor; forget the previous one."""
-        self.goal = pick_task(self.tasks, self._by_id, options, self.np_random,
-                              f"{type(self).__name__} ({self.split} split)")
+        self.goal = pick_task(
+            self.tasks, self._by_id, options, self.np_random, f"{type(self).__name__} ({self.split} split)"
+        )
         self._forget()
         self.sid = secrets.token_hex(16)
         self._steps, self._done, self._score = 0, False, None
@@ -96,8 +103,9 @@ class ShopEnvBase(TextEnv):
         super().close()
 
     def _cart_key(self) -> str:
-        return ";".join(f"{line.product.id}{sorted(line.options.items())}"
-                        for line in self.shop.cart(self.sid))
+        return ";".join(
+            f"{line.product.id}{sorted(line.options.items())}" for line in self.shop.cart(self.sid)
+        )
 
     def _where(self) -> tuple[str, str]:
         """``(url, state_key)`` of the current page: the path and query, and a key that also
@@ -118,15 +126,22 @@ class ShopEnvBase(TextEnv):
         if self._score is not None:
             order = self.shop.orders(self.sid)[0]
             info["purchased"] = [[line.product.id, dict(line.options)] for line in order.lines]
-            info["reward_parts"] = {"r_type": self._score.r_type,
-                                    "attributes_matched": self._score.attributes_matched,
-                                    "options_matched": self._score.options_matched,
-                                    "price_ok": self._score.price_ok}
+            info["reward_parts"] = {
+                "r_type": self._score.r_type,
+                "attributes_matched": self._score.attributes_matched,
+                "options_matched": self._score.options_matched,
+                "price_ok": self._score.price_ok,
+            }
         return info
 
     def _episode_over(self) -> tuple[str, float, bool, bool, dict[str, Any]] | None:
         """The answer to a step after the end, or ``None`` while the episode runs."""
         if not self._done:
             return None
-        return ("The episode is over; call reset() to start a new one.", 0.0, True, False,
-                self._info() | {"action_valid": False})
+        return (
+            "The episode is over; call reset() to start a new one.",
+            0.0,
+            True,
+            False,
+            self._info() | {"action_valid": False},
+        )

@@ -64,29 +64,43 @@ STEP_TIMEOUT_S = 30.0
 MAX_SNAPSHOT_CHARS = 30_000
 #: Marks the Chromium processes of this process's host (tests find leftovers by it).
 HOST_MARK = "--agentgym-browser-host"
-CHROMIUM_ARGS = ("--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-extensions",
-                 "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-                 # A navigation keeps its renderer: about 25 ms less per step (benchmarks/web.py),
-                 # and back() reloads the page from the shop, so it shows the current cart.
-                 "--disable-features=BackForwardCache,ProactivelySwapBrowsingInstance,RenderDocument")
-VERBS = {"click": 1, "fill": 2, "select": 2, "press": 1, "scroll": 1, "back": 0, "goto": 1,
-         "stop": 0}
-USAGE = ("Actions: click(ref), fill(ref, \"text\"), select(ref, \"option\"), press(\"Enter\"), "
-         "scroll(up|down), back(), goto(\"/path\"), stop().")
+CHROMIUM_ARGS = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+    # A navigation keeps its renderer: about 25 ms less per step (benchmarks/web.py),
+    # and back() reloads the page from the shop, so it shows the current cart.
+    "--disable-features=BackForwardCache,ProactivelySwapBrowsingInstance,RenderDocument",
+)
+VERBS = {"click": 1, "fill": 2, "select": 2, "press": 1, "scroll": 1, "back": 0, "goto": 1, "stop": 0}
+USAGE = (
+    'Actions: click(ref), fill(ref, "text"), select(ref, "option"), press("Enter"), '
+    'scroll(up|down), back(), goto("/path"), stop().'
+)
 T = TypeVar("T")
 
 
 def chromium_path() -> str:
     """The Chromium to drive: ``$AGENTGYM_CHROMIUM``, else Debian's binary, else ``chromium`` on
     the PATH. Raises RuntimeError saying how to install it when there is none."""
-    for candidate in (os.environ.get("AGENTGYM_CHROMIUM"), "/usr/lib/chromium/chromium",
-                      shutil.which("chromium"), shutil.which("chromium-browser")):
+    for candidate in (
+        os.environ.get("AGENTGYM_CHROMIUM"),
+        "/usr/lib/chromium/chromium",
+        shutil.which("chromium"),
+        shutil.which("chromium-browser"),
+    ):
         if candidate and os.access(candidate, os.X_OK) and Path(candidate).is_file():
             return candidate
-    raise RuntimeError("agentgym/Shop-v0 needs Chromium: apt-get install chromium (or set "
-                       "AGENTGYM_CHROMIUM to a Chromium binary); ShopText-v0 needs no browser")
+    raise RuntimeError(
+        "agentgym/Shop-v0 needs Chromium: apt-get install chromium (or set "
+        "AGENTGYM_CHROMIUM to a Chromium binary); ShopText-v0 needs no browser"
+    )
 
 
 class BrowserHost:
@@ -103,8 +117,7 @@ class BrowserHost:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="agentgym-browser",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self.loop.run_forever, name="agentgym-browser", daemon=True)
         self._thread.start()
         self._users = 0
         self._playwright: Any = None
@@ -158,7 +171,8 @@ class BrowserHost:
 
                 self._playwright = await async_playwright().start()
             self._browser = await self._playwright.chromium.launch(
-                executable_path=chromium_path(), args=[*CHROMIUM_ARGS, f"{HOST_MARK}={os.getpid()}"])
+                executable_path=chromium_path(), args=[*CHROMIUM_ARGS, f"{HOST_MARK}={os.getpid()}"]
+            )
         return self._browser
 
     async def site(self, catalog_seed: int) -> str:
@@ -174,8 +188,9 @@ class BrowserHost:
 
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind(("127.0.0.1", 0))
-            config = uvicorn.Config(create_app(shop_for(catalog_seed)), log_level="warning",
-                                    access_log=False, lifespan="off")
+            config = uvicorn.Config(
+                create_app(shop_for(catalog_seed)), log_level="warning", access_log=False, lifespan="off"
+            )
             server = uvicorn.Server(config)
             task = asyncio.create_task(server.serve(sockets=[sock]))
             while not server.started:
@@ -224,13 +239,13 @@ class ShopBrowserEnv(ShopEnvBase):
 
     # -- Gymnasium API: the sync methods wait for the async ones on the host's loop --------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a task (``options={"task_id": ...}``, else drawn with ``seed``) on the home
         page, in a fresh browser context."""
         self._begin_reset(seed, options)
-        return self._live().run(self._guarded(self._open(), reset=True),
-                                timeout=STEP_TIMEOUT_S + 5)
+        return self._live().run(self._guarded(self._open(), reset=True), timeout=STEP_TIMEOUT_S + 5)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
@@ -238,8 +253,9 @@ class ShopBrowserEnv(ShopEnvBase):
             return over
         return self._live().run(self._guarded(self._act(text)), timeout=STEP_TIMEOUT_S + 5)
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-                     ) -> tuple[str, dict[str, Any]]:
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         self._begin_reset(seed, options)
         return await self._live().arun(self._guarded(self._open(), reset=True))
 
@@ -278,14 +294,18 @@ class ShopBrowserEnv(ShopEnvBase):
 
             if not isinstance(exc, (PlaywrightError, asyncio.TimeoutError)):
                 raise
-            alive = self.host is not None and self.host._browser is not None and \
-                self.host._browser.is_connected()
+            alive = (
+                self.host is not None and self.host._browser is not None and self.host._browser.is_connected()
+            )
             cause = "the browser crashed" if not alive else f"the browser stopped answering ({exc!s:.200})"
             self._done = True
             await _quietly(self._close_context())
             info = self._info() | {"action_valid": False, "error": cause}
-            result: Any = ((f"Error: {cause}; the episode ends.", info) if reset else
-                           (f"Error: {cause}; the episode ends.", 0.0, False, True, info))
+            result: Any = (
+                (f"Error: {cause}; the episode ends.", info)
+                if reset
+                else (f"Error: {cause}; the episode ends.", 0.0, False, True, info)
+            )
             return result
 
     # -- episodes ------------------------------------------------------------------------------
@@ -295,8 +315,9 @@ class ShopBrowserEnv(ShopEnvBase):
         assert self.host is not None
         self._site = await self.host.site(self.catalog_seed)
         browser = await self.host.browser()
-        self.context = await browser.new_context(viewport={"width": 1280, "height": 800},
-                                                 service_workers="block")
+        self.context = await browser.new_context(
+            viewport={"width": 1280, "height": 800}, service_workers="block"
+        )
         self.context.set_default_timeout(ACTION_TIMEOUT_MS)
         await self.context.add_cookies([{"name": "sid", "value": self.sid, "url": self._site}])
         self.page = await self.context.new_page()
@@ -327,14 +348,24 @@ class ShopBrowserEnv(ShopEnvBase):
             feedback = parsed
         elif parsed[0] == "stop":
             reward, terminated, truncated = self._stop()
-            return "You stopped without buying.", reward, terminated, truncated, self._info() | {
-                "action_valid": True}
+            return (
+                "You stopped without buying.",
+                reward,
+                terminated,
+                truncated,
+                self._info() | {"action_valid": True},
+            )
         else:
             feedback = await self._do(*parsed)
         await self._settle()
         reward, terminated, truncated = self._after_action()
-        return (self._observe(feedback), reward, terminated, truncated,
-                self._info() | {"action_valid": not feedback})
+        return (
+            self._observe(feedback),
+            reward,
+            terminated,
+            truncated,
+            self._info() | {"action_valid": not feedback},
+        )
 
     async def _do(self, verb: str, args: list[str]) -> str:
         """Carry out one parsed action; its feedback when invalid, else ""."""
@@ -443,8 +474,10 @@ def parse_action(text: str) -> tuple[str, list[str]] | str:
     text = text.strip()
     if len(text) > MAX_FILL_CHARS + 100:
         verb = text.partition("(")[0].strip()[:40] or "an action"
-        return (f"That action ({verb}) has {len(text)} characters; an action takes at most "
-                f"{MAX_FILL_CHARS + 100} (the text of fill at most {MAX_FILL_CHARS}).")
+        return (
+            f"That action ({verb}) has {len(text)} characters; an action takes at most "
+            f"{MAX_FILL_CHARS + 100} (the text of fill at most {MAX_FILL_CHARS})."
+        )
     try:
         tree = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # NUL, lone surrogates, nesting

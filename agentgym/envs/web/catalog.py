@@ -45,8 +45,7 @@ import numpy.typing as npt
 
 from agentgym import seeding
 
-__all__ = ["SORTS", "TYPE_NOUNS", "Catalog", "Product", "Review", "catalog", "generate_catalog",
-           "tokenize"]
+__all__ = ["SORTS", "TYPE_NOUNS", "Catalog", "Product", "Review", "catalog", "generate_catalog", "tokenize"]
 
 SORTS: tuple[str, ...] = ("relevance", "price_asc", "price_desc", "rating")
 DEFAULT_NUM_PRODUCTS = 10_000
@@ -92,8 +91,7 @@ class Product:
         key = []
         for name, values in self.options.items():
             wanted = choice.get(name)
-            value = next((v for v in values if wanted is not None and v.lower() == wanted.lower()),
-                         None)
+            value = next((v for v in values if wanted is not None and v.lower() == wanted.lower()), None)
             if value is None:
                 return False
             key.append(value)
@@ -107,28 +105,65 @@ class Product:
 _POOLS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "size": ("size", ("XS", "S", "M", "L", "XL", "XXL"), True),
     "waist": ("size", ("28", "30", "32", "34", "36", "38", "40"), True),
-    "shoe": ("size", ("6", "6.5", "7", "7.5", "8", "8.5", "9", "9.5", "10", "10.5", "11", "12"),
-             True),
+    "shoe": ("size", ("6", "6.5", "7", "7.5", "8", "8.5", "9", "9.5", "10", "10.5", "11", "12"), True),
     "kids": ("size", ("2T", "3T", "4T", "5", "6", "7", "8", "10", "12"), True),
     "kidshoe": ("size", ("10", "11", "12", "13", "1", "2", "3", "4"), True),
     "bed": ("size", ("Twin", "Full", "Queen", "King"), True),
     "pillow": ("size", ("Standard", "Queen", "King"), True),
-    "color": ("color", ("black", "white", "navy", "gray", "charcoal", "red", "burgundy", "blue",
-                        "light blue", "green", "olive", "beige", "khaki", "brown", "pink",
-                        "purple", "yellow", "teal"), False),
+    "color": (
+        "color",
+        (
+            "black",
+            "white",
+            "navy",
+            "gray",
+            "charcoal",
+            "red",
+            "burgundy",
+            "blue",
+            "light blue",
+            "green",
+            "olive",
+            "beige",
+            "khaki",
+            "brown",
+            "pink",
+            "purple",
+            "yellow",
+            "teal",
+        ),
+        False,
+    ),
     "denim": ("color", ("indigo", "black", "light blue", "stone", "gray"), False),
-    "lip": ("color", ("nude", "coral", "rose", "berry", "ruby red", "plum", "mauve", "pink"),
-            False),
+    "lip": ("color", ("nude", "coral", "rose", "berry", "ruby red", "plum", "mauve", "pink"), False),
     "lash": ("color", ("black", "brown black", "brown"), False),
-    "shade": ("shade", ("porcelain", "ivory", "light beige", "sand", "honey", "caramel", "mocha",
-                        "espresso"), True),
-    "model": ("model", ("Veno 12", "Veno 13", "Veno 13 Pro", "Orbit S22", "Orbit S23",
-                        "Lumen 8", "Lumen 8 Pro"), False),
+    "shade": (
+        "shade",
+        ("porcelain", "ivory", "light beige", "sand", "honey", "caramel", "mocha", "espresso"),
+        True,
+    ),
+    "model": (
+        "model",
+        ("Veno 12", "Veno 13", "Veno 13 Pro", "Orbit S22", "Orbit S23", "Lumen 8", "Lumen 8 Pro"),
+        False,
+    ),
     "cable": ("length", ("3 ft", "6 ft", "10 ft"), True),
     "watt": ("wattage", ("20W", "30W", "45W", "65W", "100W"), True),
     "battery": ("capacity", ("5000mAh", "10000mAh", "20000mAh", "26800mAh"), True),
-    "count": ("count", ("pack of 1", "pack of 2", "pack of 3", "pack of 4", "pack of 6",
-                        "pack of 8", "pack of 12", "pack of 24"), False),
+    "count": (
+        "count",
+        (
+            "pack of 1",
+            "pack of 2",
+            "pack of 3",
+            "pack of 4",
+            "pack of 6",
+            "pack of 8",
+            "pack of 12",
+            "pack of 24",
+        ),
+        False,
+    ),
     "few": ("count", ("pack of 1", "pack of 2", "pack of 3"), True),
     "pair": ("count", ("pack of 1", "pack of 2", "pack of 4"), True),
     "bottle": ("capacity", ("12 oz", "16 oz", "20 oz", "24 oz", "32 oz", "40 oz"), True),
@@ -142,267 +177,975 @@ _POOLS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "liquid": ("size", ("8 fl oz", "12 fl oz", "16 fl oz", "33.8 fl oz"), True),
     "oil": ("size", ("16.9 fl oz", "25.4 fl oz", "33.8 fl oz", "68 fl oz"), True),
     "net": ("size", ("8 oz", "12 oz", "16 oz", "24 oz", "32 oz", "3 lb"), True),
-    "weight": ("weight", ("5 lb", "10 lb", "15 lb", "20 lb", "25 lb", "30 lb", "40 lb", "50 lb"),
-               True),
+    "weight": ("weight", ("5 lb", "10 lb", "15 lb", "20 lb", "25 lb", "30 lb", "40 lb", "50 lb"), True),
     "tent": ("capacity", ("1 person", "2 person", "4 person", "6 person", "8 person"), True),
     "pieces": ("pieces", ("100 pieces", "250 pieces", "500 pieces", "1000 pieces"), True),
-    "puzzle": ("pieces", ("300 pieces", "500 pieces", "750 pieces", "1000 pieces",
-                          "1500 pieces"), True),
-    "scent": ("scent", ("lavender", "vanilla", "eucalyptus", "sandalwood", "citrus", "cedarwood",
-                        "ocean breeze", "rose"), False),
-    "bar": ("flavor", ("chocolate chip", "peanut butter", "cookies and cream", "birthday cake",
-                       "salted caramel", "mint chocolate"), False),
-    "chip": ("flavor", ("sea salt", "barbecue", "sour cream and onion", "salt and vinegar",
-                        "jalapeno", "cheddar"), False),
-    "cookie": ("flavor", ("chocolate chip", "oatmeal raisin", "double chocolate",
-                          "snickerdoodle", "lemon", "shortbread"), False),
-    "jerky": ("flavor", ("original", "teriyaki", "peppered", "sweet and spicy", "hickory smoked"),
-              False),
+    "puzzle": ("pieces", ("300 pieces", "500 pieces", "750 pieces", "1000 pieces", "1500 pieces"), True),
+    "scent": (
+        "scent",
+        ("lavender", "vanilla", "eucalyptus", "sandalwood", "citrus", "cedarwood", "ocean breeze", "rose"),
+        False,
+    ),
+    "bar": (
+        "flavor",
+        (
+            "chocolate chip",
+            "peanut butter",
+            "cookies and cream",
+            "birthday cake",
+            "salted caramel",
+            "mint chocolate",
+        ),
+        False,
+    ),
+    "chip": (
+        "flavor",
+        ("sea salt", "barbecue", "sour cream and onion", "salt and vinegar", "jalapeno", "cheddar"),
+        False,
+    ),
+    "cookie": (
+        "flavor",
+        ("chocolate chip", "oatmeal raisin", "double chocolate", "snickerdoodle", "lemon", "shortbread"),
+        False,
+    ),
+    "jerky": ("flavor", ("original", "teriyaki", "peppered", "sweet and spicy", "hickory smoked"), False),
     "coffee": ("flavor", ("original", "french vanilla", "hazelnut", "caramel", "mocha"), False),
-    "tea": ("flavor", ("mint", "chamomile", "lemon ginger", "earl grey", "jasmine", "berry"),
-            False),
-    "fizz": ("flavor", ("lime", "lemon", "grapefruit", "black cherry", "mango", "unflavored"),
-             False),
-    "shape": ("style", ("spaghetti", "penne", "fusilli", "rigatoni", "linguine", "farfalle"),
-              False),
+    "tea": ("flavor", ("mint", "chamomile", "lemon ginger", "earl grey", "jasmine", "berry"), False),
+    "fizz": ("flavor", ("lime", "lemon", "grapefruit", "black cherry", "mango", "unflavored"), False),
+    "shape": ("style", ("spaghetti", "penne", "fusilli", "rigatoni", "linguine", "farfalle"), False),
 }
 
 #: (category path, noun, attribute groups, option pools, price range in dollars). Attribute groups
 #: are separated by ", ", the alternatives of a group by "/".
 _TABLE: tuple[tuple[str, str, str, str, int, int], ...] = (
-    ("Clothing/Men/T-Shirts", "t-shirt", ("cotton, crew neck/v-neck, slim fit/relaxed fit, "
-     "short sleeve/long sleeve, moisture wicking, machine washable, tagless, chest pocket"),
-     "size color", 8, 35),
-    ("Clothing/Men/Dress Shirts", "dress shirt", ("cotton/linen, slim fit/regular fit, "
-     "long sleeve/short sleeve, wrinkle free, stretch, machine washable, "
-     "spread collar/button-down collar"), "size color", 18, 60),
-    ("Clothing/Men/Jeans", "jeans", ("slim fit/straight leg/relaxed fit/bootcut, stretch, "
-     "dark wash/light wash, distressed, cotton, five pocket"), "waist denim", 20, 70),
-    ("Clothing/Men/Chino Pants", "chino pants", ("slim fit/straight leg/relaxed fit, stretch, "
-     "flat front/pleated, wrinkle free, cotton, machine washable"), "waist color", 20, 55),
-    ("Clothing/Men/Hoodies", "hoodie", ("fleece, pullover/zip up, kangaroo pocket, cotton blend, "
-     "heavyweight/lightweight, drawstring hood, machine washable"), "size color", 20, 60),
-    ("Clothing/Men/Winter Jackets", "winter jacket", ("water resistant/waterproof, insulated, "
-     "hooded, windproof, packable, fleece lined, zip pockets"), "size color", 45, 180),
-    ("Clothing/Women/Blouses", "blouse", ("chiffon/satin/cotton, v-neck/crew neck, "
-     "long sleeve/short sleeve/sleeveless, loose fit, button front, floral print/solid color"),
-     "size color", 15, 45),
-    ("Clothing/Women/Dresses", "dress", ("midi/maxi/mini, floral print/solid color, wrap, "
-     "short sleeve/sleeveless/long sleeve, pockets, casual/formal, stretch"), "size color", 22, 90),
-    ("Clothing/Women/Leggings", "leggings", ("high waisted, squat proof, side pockets, "
-     "moisture wicking, full length/capri, buttery soft, tummy control"), "size color", 12, 45),
-    ("Clothing/Women/Skirts", "skirt", ("a-line/pleated/pencil, midi/mini/maxi, elastic waist, "
-     "pockets, lined, stretch"), "size color", 18, 55),
-    ("Clothing/Women/Cardigans", "cardigan", ("open front/button front, cable knit/rib knit, "
-     "oversized/fitted, long sleeve, pockets, lightweight/chunky"), "size color", 22, 65),
-    ("Clothing/Women/Rain Jackets", "rain jacket", ("waterproof, hooded, packable, breathable, "
-     "lightweight, zip pockets, adjustable cuffs"), "size color", 35, 120),
-    ("Clothing/Kids/Pajama Sets", "pajama set", ("cotton, snug fit/loose fit, "
-     "long sleeve/short sleeve, flame resistant, glow in the dark, 2 piece"), "kids color", 12, 32),
-    ("Clothing/Kids/Sweatshirts", "sweatshirt", ("fleece, crew neck/hooded, cotton blend, "
-     "graphic print, pullover, machine washable"), "kids color", 12, 35),
-    ("Clothing/Kids/Overalls", "overalls", ("denim/corduroy, adjustable straps, snap closure, "
-     "pockets, stretch"), "kids color", 15, 38),
-    ("Clothing/Accessories/Socks", "socks", ("crew/ankle/no show, cushioned, moisture wicking, "
-     "cotton/wool/bamboo, arch support, breathable"), "size count", 8, 30),
-    ("Clothing/Accessories/Baseball Caps", "baseball cap", ("adjustable, cotton, "
-     "embroidered logo/plain, curved brim/flat brim, breathable, washed"), "color", 10, 30),
-    ("Clothing/Accessories/Scarves", "scarf", ("wool/cashmere/acrylic, lightweight/chunky knit, "
-     "plaid/solid color, fringe, oversized"), "color", 12, 60),
-    ("Clothing/Accessories/Belts", "belt", ("genuine leather/vegan leather, reversible, "
-     "ratchet buckle/pin buckle, adjustable, gift box"), "waist color", 15, 50),
-    ("Shoes/Men/Running Shoes", "running shoes", ("lightweight, breathable mesh, cushioned, "
-     "non slip, wide fit/regular fit, arch support, knit upper"), "shoe color", 35, 140),
-    ("Shoes/Men/Work Boots", "work boots", ("steel toe/composite toe/soft toe, waterproof, "
-     "slip resistant, leather, insulated, lace up"), "shoe color", 60, 180),
-    ("Shoes/Men/Loafers", "loafers", ("leather/suede, slip on, penny/tassel, cushioned insole, "
-     "non slip, casual/dress"), "shoe color", 35, 120),
-    ("Shoes/Women/Sandals", "sandals", ("flat/wedge/block heel, adjustable strap, open toe, "
-     "cushioned footbed, leather/vegan leather, ankle strap"), "shoe color", 20, 70),
-    ("Shoes/Women/Ballet Flats", "ballet flats", ("pointed toe/round toe, slip on, foldable, "
-     "cushioned, leather/suede/knit, non slip"), "shoe color", 20, 75),
-    ("Shoes/Women/Ankle Boots", "ankle boots", ("block heel/flat/stiletto heel, side zipper, "
-     "suede/leather, chelsea, waterproof, pointed toe/round toe"), "shoe color", 40, 140),
-    ("Shoes/Kids/Sneakers", "sneakers", ("light up, hook and loop/lace up, non slip, breathable, "
-     "lightweight, washable"), "kidshoe color", 18, 55),
-    ("Shoes/Kids/Rain Boots", "rain boots", ("waterproof, easy on handles, non slip, rubber, "
-     "printed/solid color, lightweight"), "kidshoe color", 15, 40),
-    ("Shoes/Unisex/Slippers", "slippers", ("memory foam, fuzzy/knit, non slip, indoor outdoor, "
-     "machine washable, open toe/closed toe"), "size color", 12, 40),
-    ("Home & Kitchen/Kitchen/Coffee Mugs", "coffee mug", ("ceramic/stoneware/glass, "
-     "microwave safe, dishwasher safe, large handle, matte finish/glossy finish, gift box"),
-     "mug color", 8, 30),
-    ("Home & Kitchen/Kitchen/Frying Pans", "frying pan", ("nonstick/cast iron/stainless steel, "
-     "induction compatible, oven safe, dishwasher safe, pfoa free, with lid"), "pan", 18, 80),
-    ("Home & Kitchen/Kitchen/Knife Sets", "knife set", ("stainless steel/high carbon steel/"
-     "ceramic, with block, dishwasher safe, ergonomic handle, full tang, includes sharpener"), "",
-     25, 150),
-    ("Home & Kitchen/Kitchen/Cutting Boards", "cutting board", ("bamboo/wood/plastic, "
-     "juice groove, non slip, dishwasher safe, reversible, set of 3"), "", 12, 50),
-    ("Home & Kitchen/Kitchen/Food Storage Containers", "food storage containers",
-     "glass/plastic, bpa free, leak proof, microwave safe, freezer safe, stackable, airtight lids",
-     "count", 15, 50),
-    ("Home & Kitchen/Kitchen/Tumblers", "tumbler", ("stainless steel, vacuum insulated, "
-     "spill proof lid, with straw, dishwasher safe, cup holder friendly"), "bottle color", 12, 45),
-    ("Home & Kitchen/Bedding/Sheet Sets", "sheet set", ("cotton/microfiber/bamboo/linen, "
-     "deep pocket, breathable/warm, wrinkle resistant, machine washable, hypoallergenic"),
-     "bed color", 25, 120),
-    ("Home & Kitchen/Bedding/Bed Pillows", "bed pillow", ("memory foam/down alternative/shredded "
-     "foam, cooling, hypoallergenic, adjustable loft, washable cover, side sleeper/back sleeper"),
-     "pillow pair", 20, 90),
-    ("Home & Kitchen/Bedding/Comforters", "comforter", ("down alternative, "
-     "all season/lightweight/heavyweight, machine washable, hypoallergenic, corner tabs, quilted"),
-     "bed color", 35, 150),
-    ("Home & Kitchen/Bedding/Throw Blankets", "throw blanket", ("fleece/sherpa/knit/cotton, "
-     "soft, lightweight/heavy, machine washable, reversible, fringe"), "color", 15, 60),
-    ("Home & Kitchen/Bath/Bath Towels", "bath towel", ("cotton/bamboo/microfiber, quick dry, "
-     "absorbent, oversized, hotel quality, machine washable"), "color pair", 15, 60),
-    ("Home & Kitchen/Bath/Shower Curtains", "shower curtain", ("waterproof, fabric/peva, "
-     "mildew resistant, machine washable, with hooks, weighted hem, striped/solid color"),
-     "color", 12, 40),
-    ("Home & Kitchen/Bath/Bath Mats", "bath mat", ("memory foam/chenille/bamboo/diatomite, "
-     "non slip, absorbent, machine washable, quick dry"), "color", 10, 35),
-    ("Home & Kitchen/Decor/Scented Candles", "scented candle", ("soy wax/beeswax/paraffin, "
-     "cotton wick, long burning, glass jar/tin, 3 wick, essential oils"), "scent", 10, 40),
-    ("Home & Kitchen/Decor/Picture Frames", "picture frame", ("wood/metal/acrylic, "
-     "wall mount/tabletop, glass front/plexiglass front, mat included, set of 4"), "frame color",
-     10, 45),
-    ("Home & Kitchen/Decor/Wall Clocks", "wall clock", ("silent, battery operated, large numbers, "
-     "modern/vintage/farmhouse, wood/metal, glass cover"), "color", 15, 60),
-    ("Home & Kitchen/Decor/Throw Pillow Covers", "throw pillow cover", ("linen/velvet/cotton, "
-     "hidden zipper, decorative, machine washable, boho/modern/farmhouse, double sided"),
-     "cushion color", 10, 35),
-    ("Electronics/Phone Accessories/Phone Cases", "phone case", ("shockproof, slim/rugged, "
-     "clear/matte, wireless charging compatible, raised edges, kickstand, magnetic"),
-     "model color", 8, 35),
-    ("Electronics/Phone Accessories/Screen Protectors", "screen protector", ("tempered glass, "
-     "bubble free, case friendly, privacy/anti glare/clear, easy install, 9h hardness"),
-     "model few", 6, 20),
-    ("Electronics/Phone Accessories/Charging Cables", "charging cable", ("usb c/lightning/micro "
-     "usb, fast charging, braided, data sync, right angle, tangle free"), "cable few", 6, 25),
-    ("Electronics/Phone Accessories/Wall Chargers", "wall charger", ("usb c, fast charging, "
-     "dual port/single port/triple port, foldable plug, compact, gan"), "watt", 10, 50),
-    ("Electronics/Phone Accessories/Power Banks", "power bank", ("fast charging, usb c, "
-     "slim/rugged, led display, built in cable, airline approved, wireless charging"),
-     "battery color", 15, 60),
-    ("Electronics/Audio/Wireless Earbuds", "wireless earbuds", ("bluetooth 5.3, noise cancelling, "
-     "waterproof/sweatproof, charging case, touch control, long battery life, built in microphone"),
-     "color", 20, 150),
-    ("Electronics/Audio/Over-Ear Headphones", "over-ear headphones", ("wireless/wired, "
-     "noise cancelling, foldable, memory foam ear cushions, built in microphone, "
-     "long battery life"), "color", 25, 250),
-    ("Electronics/Audio/Bluetooth Speakers", "bluetooth speaker", ("portable, waterproof, "
-     "deep bass, long battery life, stereo pairing, rugged, built in microphone"), "color",
-     20, 150),
-    ("Electronics/Computer Accessories/Computer Mice", "computer mouse", ("wireless/wired, "
-     "ergonomic, silent click, rechargeable, adjustable dpi, bluetooth, ambidextrous"), "color",
-     10, 70),
-    ("Electronics/Computer Accessories/Keyboards", "keyboard", ("wireless/wired, "
-     "mechanical/membrane, backlit, compact/full size, quiet keys, ergonomic, bluetooth"), "color",
-     20, 130),
-    ("Electronics/Computer Accessories/Laptop Sleeves", "laptop sleeve", ("water resistant, "
-     "padded, slim, front pocket, neoprene/felt/polyester, zipper"), "laptop color", 12, 40),
-    ("Electronics/Computer Accessories/USB Hubs", "usb hub", ("usb c/usb a, 4 port/7 port, "
-     "hdmi, sd card reader, aluminum, powered, plug and play"), "", 12, 60),
-    ("Beauty/Skin Care/Moisturizers", "face moisturizer", ("hyaluronic acid, fragrance free, "
-     "oil free, spf 30, for dry skin/for oily skin/for sensitive skin, non comedogenic, vegan"),
-     "cream", 10, 55),
-    ("Beauty/Skin Care/Face Serums", "face serum", ("vitamin c/retinol/niacinamide/"
-     "hyaluronic acid, anti aging, brightening, fragrance free, vegan, cruelty free"), "cream",
-     12, 60),
-    ("Beauty/Skin Care/Sunscreens", "sunscreen", ("spf 30/spf 50/spf 70, broad spectrum, "
-     "water resistant, reef safe, mineral, fragrance free, lightweight"), "cream pair", 8, 35),
-    ("Beauty/Skin Care/Face Cleansers", "face cleanser", ("foaming/gel/cream, gentle, oil free, "
-     "for sensitive skin/for acne prone skin, salicylic acid, fragrance free"), "cream", 7, 35),
-    ("Beauty/Hair Care/Shampoos", "shampoo", ("sulfate free, paraben free, "
-     "for curly hair/for fine hair/for color treated hair/for dry hair, moisturizing, "
-     "volumizing, argan oil/tea tree oil/biotin"), "liquid", 6, 35),
-    ("Beauty/Hair Care/Conditioners", "conditioner", ("sulfate free, silicone free, "
-     "for curly hair/for fine hair/for color treated hair/for dry hair, leave in, "
-     "detangling, argan oil/coconut oil/keratin"), "liquid", 6, 35),
-    ("Beauty/Hair Care/Hair Brushes", "hair brush", ("detangling, boar bristle/nylon bristle, "
-     "paddle/round, for thick hair/for wet hair, anti static, cushioned"), "color", 7, 30),
-    ("Beauty/Hair Care/Hair Dryers", "hair dryer", ("ionic, ceramic, lightweight, "
-     "diffuser attachment, foldable handle, fast drying, travel size"), "color", 20, 120),
-    ("Beauty/Makeup/Lipsticks", "lipstick", ("matte/satin/glossy, long lasting, moisturizing, "
-     "transfer proof, vegan, cruelty free"), "lip", 6, 30),
-    ("Beauty/Makeup/Mascaras", "mascara", ("waterproof, volumizing, lengthening, smudge proof, "
-     "clump free, vegan"), "lash", 6, 28),
-    ("Beauty/Makeup/Foundations", "foundation", ("full coverage/medium coverage/light coverage, "
-     "matte finish/dewy finish, long lasting, oil free, spf 15, for oily skin/for dry skin"),
-     "shade", 8, 45),
-    ("Beauty/Makeup/Makeup Brush Sets", "makeup brush set", ("synthetic bristles, vegan, "
-     "travel case, cruelty free, dense, soft"), "color", 10, 40),
-    ("Beauty/Bath & Body/Body Washes", "body wash", ("moisturizing, sulfate free, "
-     "shea butter/coconut oil/oatmeal, for sensitive skin, natural, paraben free"), "scent liquid",
-     6, 25),
-    ("Beauty/Bath & Body/Hand Creams", "hand cream", ("shea butter, non greasy, fast absorbing, "
-     "for dry skin, travel size, fragrance free"), "scent few", 6, 25),
-    ("Sports & Outdoors/Fitness/Yoga Mats", "yoga mat", ("non slip, extra thick/thin, "
-     "eco friendly, tpe/pvc/natural rubber, carrying strap, alignment lines, sweat resistant"),
-     "color", 15, 80),
-    ("Sports & Outdoors/Fitness/Dumbbells", "dumbbell", ("neoprene/cast iron/rubber coated, hex, "
-     "non slip grip, anti roll, sold as pair"), "weight", 15, 150),
-    ("Sports & Outdoors/Fitness/Resistance Bands", "resistance bands", ("latex/fabric, "
-     "loop/tube, with handles, door anchor, carry bag, heavy duty"), "", 10, 40),
-    ("Sports & Outdoors/Fitness/Water Bottles", "water bottle", ("bpa free, leak proof, "
-     "stainless steel/tritan plastic, insulated, with straw, wide mouth, time marker"),
-     "bottle color", 10, 45),
-    ("Sports & Outdoors/Camping/Tents", "tent", ("waterproof, instant setup/dome, "
-     "3 season/4 season, rainfly, lightweight, ventilated, carry bag"), "tent color", 50, 300),
-    ("Sports & Outdoors/Camping/Sleeping Bags", "sleeping bag", ("mummy/rectangular, "
-     "20 degree/40 degree/0 degree, lightweight, compressible, water resistant, compression sack"),
-     "color", 25, 150),
-    ("Sports & Outdoors/Camping/Headlamps", "headlamp", ("rechargeable/battery powered, "
-     "waterproof, red light mode, motion sensor, adjustable strap, 1000 lumens/300 lumens"),
-     "few color", 10, 40),
-    ("Sports & Outdoors/Camping/Camping Chairs", "camping chair", ("folding, lightweight, "
-     "cup holder, heavy duty, padded, carry bag, high back/low back"), "color", 20, 90),
-    ("Sports & Outdoors/Cycling/Bike Helmets", "bike helmet", ("adjustable fit, ventilated, "
-     "lightweight, led rear light, detachable visor, mips"), "size color", 25, 120),
-    ("Sports & Outdoors/Cycling/Bike Lights", "bike light set", ("usb rechargeable, waterproof, "
-     "front and rear, bright, easy install, multiple modes"), "", 10, 45),
-    ("Grocery/Snacks/Protein Bars", "protein bar", ("high protein, gluten free, low sugar, "
-     "keto friendly, plant based/whey protein, non gmo"), "bar count", 15, 45),
-    ("Grocery/Snacks/Potato Chips", "potato chips", ("kettle cooked, gluten free, non gmo, baked, "
-     "reduced fat, family size"), "chip count", 10, 35),
-    ("Grocery/Snacks/Mixed Nuts", "mixed nuts", ("roasted, unsalted/lightly salted/sea salt, "
-     "no added oil, resealable bag, keto friendly, high protein"), "net", 8, 40),
-    ("Grocery/Snacks/Cookies", "cookies", ("soft baked/crunchy, gluten free, vegan, "
-     "individually wrapped, no artificial flavors, organic"), "cookie count", 6, 30),
-    ("Grocery/Snacks/Jerky", "beef jerky", ("high protein, low fat, gluten free, keto friendly, "
-     "grass fed, no msg"), "jerky net", 8, 40),
-    ("Grocery/Beverages/Ground Coffee", "ground coffee", ("medium roast/dark roast/light roast, "
-     "arabica, organic, fair trade, decaf, kosher"), "coffee net", 8, 35),
-    ("Grocery/Beverages/Tea Bags", "tea bags", ("green tea/black tea/herbal tea/chai, organic, "
-     "caffeine free, individually wrapped, non gmo, kosher"), "tea count", 5, 25),
-    ("Grocery/Beverages/Sparkling Water", "sparkling water", ("zero calorie, zero sugar, "
-     "no sweeteners, naturally flavored, caffeine free, bpa free cans"), "fizz count", 8, 30),
-    ("Grocery/Pantry/Olive Oil", "olive oil", ("extra virgin, cold pressed, organic, non gmo, "
-     "single origin, glass bottle"), "oil", 9, 45),
-    ("Grocery/Pantry/Pasta", "pasta", ("whole wheat/gluten free/durum wheat, organic, non gmo, "
-     "bronze cut, high protein"), "shape count", 5, 30),
-    ("Grocery/Pantry/Honey", "honey", ("raw, unfiltered, organic, manuka/clover/wildflower, "
-     "non gmo, squeeze bottle/glass jar"), "net", 8, 45),
-    ("Toys & Games/Building Toys/Building Block Sets", "building block set", ("storage box, "
-     "educational, for ages 6 and up/for ages 3 and up, creative, stem"), "pieces", 15, 80),
-    ("Toys & Games/Building Toys/Magnetic Tiles", "magnetic tiles", ("stem, educational, "
-     "strong magnets, food grade abs, storage bag, for toddlers"), "pieces", 20, 70),
-    ("Toys & Games/Games/Board Games", "board game", ("family, strategy/party/cooperative, "
-     "for 2 to 4 players/for 2 to 6 players, for ages 8 and up/for ages 12 and up, "
-     "quick to learn"), "", 15, 60),
-    ("Toys & Games/Games/Jigsaw Puzzles", "jigsaw puzzle", ("landscape/animal/abstract/floral, "
-     "thick pieces, poster included, for adults/for kids, glare free"), "puzzle", 10, 35),
-    ("Toys & Games/Plush Toys/Stuffed Animals", "stuffed animal", ("super soft, "
-     "bear/bunny/dinosaur/unicorn/cat, hypoallergenic, machine washable, weighted"),
-     "plush color", 10, 45),
-    ("Toys & Games/Outdoor Play/Water Guns", "water gun", ("long range, large capacity, easy fill, "
-     "for kids, pump action, leak proof"), "few color", 8, 30),
-    ("Toys & Games/Arts & Crafts/Modeling Clay", "modeling clay", ("non toxic, air dry, soft, "
-     "with tools, for kids, 24 colors/12 colors"), "", 8, 30),
-    ("Toys & Games/Arts & Crafts/Coloring Books", "coloring book", ("for kids/for adults, "
-     "animals/mandalas/unicorns/dinosaurs, thick paper, single sided pages, stress relief"), "",
-     5, 15),
+    (
+        "Clothing/Men/T-Shirts",
+        "t-shirt",
+        (
+            "cotton, crew neck/v-neck, slim fit/relaxed fit, "
+            "short sleeve/long sleeve, moisture wicking, machine washable, tagless, chest pocket"
+        ),
+        "size color",
+        8,
+        35,
+    ),
+    (
+        "Clothing/Men/Dress Shirts",
+        "dress shirt",
+        (
+            "cotton/linen, slim fit/regular fit, "
+            "long sleeve/short sleeve, wrinkle free, stretch, machine washable, "
+            "spread collar/button-down collar"
+        ),
+        "size color",
+        18,
+        60,
+    ),
+    (
+        "Clothing/Men/Jeans",
+        "jeans",
+        (
+            "slim fit/straight leg/relaxed fit/bootcut, stretch, "
+            "dark wash/light wash, distressed, cotton, five pocket"
+        ),
+        "waist denim",
+        20,
+        70,
+    ),
+    (
+        "Clothing/Men/Chino Pants",
+        "chino pants",
+        (
+            "slim fit/straight leg/relaxed fit, stretch, "
+            "flat front/pleated, wrinkle free, cotton, machine washable"
+        ),
+        "waist color",
+        20,
+        55,
+    ),
+    (
+        "Clothing/Men/Hoodies",
+        "hoodie",
+        (
+            "fleece, pullover/zip up, kangaroo pocket, cotton blend, "
+            "heavyweight/lightweight, drawstring hood, machine washable"
+        ),
+        "size color",
+        20,
+        60,
+    ),
+    (
+        "Clothing/Men/Winter Jackets",
+        "winter jacket",
+        ("water resistant/waterproof, insulated, hooded, windproof, packable, fleece lined, zip pockets"),
+        "size color",
+        45,
+        180,
+    ),
+    (
+        "Clothing/Women/Blouses",
+        "blouse",
+        (
+            "chiffon/satin/cotton, v-neck/crew neck, "
+            "long sleeve/short sleeve/sleeveless, loose fit, button front, floral print/solid color"
+        ),
+        "size color",
+        15,
+        45,
+    ),
+    (
+        "Clothing/Women/Dresses",
+        "dress",
+        (
+            "midi/maxi/mini, floral print/solid color, wrap, "
+            "short sleeve/sleeveless/long sleeve, pockets, casual/formal, stretch"
+        ),
+        "size color",
+        22,
+        90,
+    ),
+    (
+        "Clothing/Women/Leggings",
+        "leggings",
+        (
+            "high waisted, squat proof, side pockets, "
+            "moisture wicking, full length/capri, buttery soft, tummy control"
+        ),
+        "size color",
+        12,
+        45,
+    ),
+    (
+        "Clothing/Women/Skirts",
+        "skirt",
+        ("a-line/pleated/pencil, midi/mini/maxi, elastic waist, pockets, lined, stretch"),
+        "size color",
+        18,
+        55,
+    ),
+    (
+        "Clothing/Women/Cardigans",
+        "cardigan",
+        (
+            "open front/button front, cable knit/rib knit, "
+            "oversized/fitted, long sleeve, pockets, lightweight/chunky"
+        ),
+        "size color",
+        22,
+        65,
+    ),
+    (
+        "Clothing/Women/Rain Jackets",
+        "rain jacket",
+        ("waterproof, hooded, packable, breathable, lightweight, zip pockets, adjustable cuffs"),
+        "size color",
+        35,
+        120,
+    ),
+    (
+        "Clothing/Kids/Pajama Sets",
+        "pajama set",
+        ("cotton, snug fit/loose fit, long sleeve/short sleeve, flame resistant, glow in the dark, 2 piece"),
+        "kids color",
+        12,
+        32,
+    ),
+    (
+        "Clothing/Kids/Sweatshirts",
+        "sweatshirt",
+        ("fleece, crew neck/hooded, cotton blend, graphic print, pullover, machine washable"),
+        "kids color",
+        12,
+        35,
+    ),
+    (
+        "Clothing/Kids/Overalls",
+        "overalls",
+        ("denim/corduroy, adjustable straps, snap closure, pockets, stretch"),
+        "kids color",
+        15,
+        38,
+    ),
+    (
+        "Clothing/Accessories/Socks",
+        "socks",
+        ("crew/ankle/no show, cushioned, moisture wicking, cotton/wool/bamboo, arch support, breathable"),
+        "size count",
+        8,
+        30,
+    ),
+    (
+        "Clothing/Accessories/Baseball Caps",
+        "baseball cap",
+        ("adjustable, cotton, embroidered logo/plain, curved brim/flat brim, breathable, washed"),
+        "color",
+        10,
+        30,
+    ),
+    (
+        "Clothing/Accessories/Scarves",
+        "scarf",
+        ("wool/cashmere/acrylic, lightweight/chunky knit, plaid/solid color, fringe, oversized"),
+        "color",
+        12,
+        60,
+    ),
+    (
+        "Clothing/Accessories/Belts",
+        "belt",
+        ("genuine leather/vegan leather, reversible, ratchet buckle/pin buckle, adjustable, gift box"),
+        "waist color",
+        15,
+        50,
+    ),
+    (
+        "Shoes/Men/Running Shoes",
+        "running shoes",
+        ("lightweight, breathable mesh, cushioned, non slip, wide fit/regular fit, arch support, knit upper"),
+        "shoe color",
+        35,
+        140,
+    ),
+    (
+        "Shoes/Men/Work Boots",
+        "work boots",
+        ("steel toe/composite toe/soft toe, waterproof, slip resistant, leather, insulated, lace up"),
+        "shoe color",
+        60,
+        180,
+    ),
+    (
+        "Shoes/Men/Loafers",
+        "loafers",
+        ("leather/suede, slip on, penny/tassel, cushioned insole, non slip, casual/dress"),
+        "shoe color",
+        35,
+        120,
+    ),
+    (
+        "Shoes/Women/Sandals",
+        "sandals",
+        (
+            "flat/wedge/block heel, adjustable strap, open toe, "
+            "cushioned footbed, leather/vegan leather, ankle strap"
+        ),
+        "shoe color",
+        20,
+        70,
+    ),
+    (
+        "Shoes/Women/Ballet Flats",
+        "ballet flats",
+        ("pointed toe/round toe, slip on, foldable, cushioned, leather/suede/knit, non slip"),
+        "shoe color",
+        20,
+        75,
+    ),
+    (
+        "Shoes/Women/Ankle Boots",
+        "ankle boots",
+        (
+            "block heel/flat/stiletto heel, side zipper, "
+            "suede/leather, chelsea, waterproof, pointed toe/round toe"
+        ),
+        "shoe color",
+        40,
+        140,
+    ),
+    (
+        "Shoes/Kids/Sneakers",
+        "sneakers",
+        ("light up, hook and loop/lace up, non slip, breathable, lightweight, washable"),
+        "kidshoe color",
+        18,
+        55,
+    ),
+    (
+        "Shoes/Kids/Rain Boots",
+        "rain boots",
+        ("waterproof, easy on handles, non slip, rubber, printed/solid color, lightweight"),
+        "kidshoe color",
+        15,
+        40,
+    ),
+    (
+        "Shoes/Unisex/Slippers",
+        "slippers",
+        ("memory foam, fuzzy/knit, non slip, indoor outdoor, machine washable, open toe/closed toe"),
+        "size color",
+        12,
+        40,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Coffee Mugs",
+        "coffee mug",
+        (
+            "ceramic/stoneware/glass, "
+            "microwave safe, dishwasher safe, large handle, matte finish/glossy finish, gift box"
+        ),
+        "mug color",
+        8,
+        30,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Frying Pans",
+        "frying pan",
+        (
+            "nonstick/cast iron/stainless steel, "
+            "induction compatible, oven safe, dishwasher safe, pfoa free, with lid"
+        ),
+        "pan",
+        18,
+        80,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Knife Sets",
+        "knife set",
+        (
+            "stainless steel/high carbon steel/"
+            "ceramic, with block, dishwasher safe, ergonomic handle, full tang, includes sharpener"
+        ),
+        "",
+        25,
+        150,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Cutting Boards",
+        "cutting board",
+        ("bamboo/wood/plastic, juice groove, non slip, dishwasher safe, reversible, set of 3"),
+        "",
+        12,
+        50,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Food Storage Containers",
+        "food storage containers",
+        "glass/plastic, bpa free, leak proof, microwave safe, freezer safe, stackable, airtight lids",
+        "count",
+        15,
+        50,
+    ),
+    (
+        "Home & Kitchen/Kitchen/Tumblers",
+        "tumbler",
+        (
+            "stainless steel, vacuum insulated, "
+            "spill proof lid, with straw, dishwasher safe, cup holder friendly"
+        ),
+        "bottle color",
+        12,
+        45,
+    ),
+    (
+        "Home & Kitchen/Bedding/Sheet Sets",
+        "sheet set",
+        (
+            "cotton/microfiber/bamboo/linen, "
+            "deep pocket, breathable/warm, wrinkle resistant, machine washable, hypoallergenic"
+        ),
+        "bed color",
+        25,
+        120,
+    ),
+    (
+        "Home & Kitchen/Bedding/Bed Pillows",
+        "bed pillow",
+        (
+            "memory foam/down alternative/shredded "
+            "foam, cooling, hypoallergenic, adjustable loft, washable cover, side sleeper/back sleeper"
+        ),
+        "pillow pair",
+        20,
+        90,
+    ),
+    (
+        "Home & Kitchen/Bedding/Comforters",
+        "comforter",
+        (
+            "down alternative, "
+            "all season/lightweight/heavyweight, machine washable, hypoallergenic, corner tabs, quilted"
+        ),
+        "bed color",
+        35,
+        150,
+    ),
+    (
+        "Home & Kitchen/Bedding/Throw Blankets",
+        "throw blanket",
+        ("fleece/sherpa/knit/cotton, soft, lightweight/heavy, machine washable, reversible, fringe"),
+        "color",
+        15,
+        60,
+    ),
+    (
+        "Home & Kitchen/Bath/Bath Towels",
+        "bath towel",
+        ("cotton/bamboo/microfiber, quick dry, absorbent, oversized, hotel quality, machine washable"),
+        "color pair",
+        15,
+        60,
+    ),
+    (
+        "Home & Kitchen/Bath/Shower Curtains",
+        "shower curtain",
+        (
+            "waterproof, fabric/peva, "
+            "mildew resistant, machine washable, with hooks, weighted hem, striped/solid color"
+        ),
+        "color",
+        12,
+        40,
+    ),
+    (
+        "Home & Kitchen/Bath/Bath Mats",
+        "bath mat",
+        ("memory foam/chenille/bamboo/diatomite, non slip, absorbent, machine washable, quick dry"),
+        "color",
+        10,
+        35,
+    ),
+    (
+        "Home & Kitchen/Decor/Scented Candles",
+        "scented candle",
+        ("soy wax/beeswax/paraffin, cotton wick, long burning, glass jar/tin, 3 wick, essential oils"),
+        "scent",
+        10,
+        40,
+    ),
+    (
+        "Home & Kitchen/Decor/Picture Frames",
+        "picture frame",
+        ("wood/metal/acrylic, wall mount/tabletop, glass front/plexiglass front, mat included, set of 4"),
+        "frame color",
+        10,
+        45,
+    ),
+    (
+        "Home & Kitchen/Decor/Wall Clocks",
+        "wall clock",
+        ("silent, battery operated, large numbers, modern/vintage/farmhouse, wood/metal, glass cover"),
+        "color",
+        15,
+        60,
+    ),
+    (
+        "Home & Kitchen/Decor/Throw Pillow Covers",
+        "throw pillow cover",
+        (
+            "linen/velvet/cotton, "
+            "hidden zipper, decorative, machine washable, boho/modern/farmhouse, double sided"
+        ),
+        "cushion color",
+        10,
+        35,
+    ),
+    (
+        "Electronics/Phone Accessories/Phone Cases",
+        "phone case",
+        (
+            "shockproof, slim/rugged, "
+            "clear/matte, wireless charging compatible, raised edges, kickstand, magnetic"
+        ),
+        "model color",
+        8,
+        35,
+    ),
+    (
+        "Electronics/Phone Accessories/Screen Protectors",
+        "screen protector",
+        ("tempered glass, bubble free, case friendly, privacy/anti glare/clear, easy install, 9h hardness"),
+        "model few",
+        6,
+        20,
+    ),
+    (
+        "Electronics/Phone Accessories/Charging Cables",
+        "charging cable",
+        ("usb c/lightning/micro usb, fast charging, braided, data sync, right angle, tangle free"),
+        "cable few",
+        6,
+        25,
+    ),
+    (
+        "Electronics/Phone Accessories/Wall Chargers",
+        "wall charger",
+        ("usb c, fast charging, dual port/single port/triple port, foldable plug, compact, gan"),
+        "watt",
+        10,
+        50,
+    ),
+    (
+        "Electronics/Phone Accessories/Power Banks",
+        "power bank",
+        (
+            "fast charging, usb c, "
+            "slim/rugged, led display, built in cable, airline approved, wireless charging"
+        ),
+        "battery color",
+        15,
+        60,
+    ),
+    (
+        "Electronics/Audio/Wireless Earbuds",
+        "wireless earbuds",
+        (
+            "bluetooth 5.3, noise cancelling, "
+            "waterproof/sweatproof, charging case, touch control, long battery life, built in microphone"
+        ),
+        "color",
+        20,
+        150,
+    ),
+    (
+        "Electronics/Audio/Over-Ear Headphones",
+        "over-ear headphones",
+        (
+            "wireless/wired, "
+            "noise cancelling, foldable, memory foam ear cushions, built in microphone, "
+            "long battery life"
+        ),
+        "color",
+        25,
+        250,
+    ),
+    (
+        "Electronics/Audio/Bluetooth Speakers",
+        "bluetooth speaker",
+        ("portable, waterproof, deep bass, long battery life, stereo pairing, rugged, built in microphone"),
+        "color",
+        20,
+        150,
+    ),
+    (
+        "Electronics/Computer Accessories/Computer Mice",
+        "computer mouse",
+        ("wireless/wired, ergonomic, silent click, rechargeable, adjustable dpi, bluetooth, ambidextrous"),
+        "color",
+        10,
+        70,
+    ),
+    (
+        "Electronics/Computer Accessories/Keyboards",
+        "keyboard",
+        ("wireless/wired, mechanical/membrane, backlit, compact/full size, quiet keys, ergonomic, bluetooth"),
+        "color",
+        20,
+        130,
+    ),
+    (
+        "Electronics/Computer Accessories/Laptop Sleeves",
+        "laptop sleeve",
+        ("water resistant, padded, slim, front pocket, neoprene/felt/polyester, zipper"),
+        "laptop color",
+        12,
+        40,
+    ),
+    (
+        "Electronics/Computer Accessories/USB Hubs",
+        "usb hub",
+        ("usb c/usb a, 4 port/7 port, hdmi, sd card reader, aluminum, powered, plug and play"),
+        "",
+        12,
+        60,
+    ),
+    (
+        "Beauty/Skin Care/Moisturizers",
+        "face moisturizer",
+        (
+            "hyaluronic acid, fragrance free, "
+            "oil free, spf 30, for dry skin/for oily skin/for sensitive skin, non comedogenic, vegan"
+        ),
+        "cream",
+        10,
+        55,
+    ),
+    (
+        "Beauty/Skin Care/Face Serums",
+        "face serum",
+        (
+            "vitamin c/retinol/niacinamide/"
+            "hyaluronic acid, anti aging, brightening, fragrance free, vegan, cruelty free"
+        ),
+        "cream",
+        12,
+        60,
+    ),
+    (
+        "Beauty/Skin Care/Sunscreens",
+        "sunscreen",
+        (
+            "spf 30/spf 50/spf 70, broad spectrum, "
+            "water resistant, reef safe, mineral, fragrance free, lightweight"
+        ),
+        "cream pair",
+        8,
+        35,
+    ),
+    (
+        "Beauty/Skin Care/Face Cleansers",
+        "face cleanser",
+        (
+            "foaming/gel/cream, gentle, oil free, "
+            "for sensitive skin/for acne prone skin, salicylic acid, fragrance free"
+        ),
+        "cream",
+        7,
+        35,
+    ),
+    (
+        "Beauty/Hair Care/Shampoos",
+        "shampoo",
+        (
+            "sulfate free, paraben free, "
+            "for curly hair/for fine hair/for color treated hair/for dry hair, moisturizing, "
+            "volumizing, argan oil/tea tree oil/biotin"
+        ),
+        "liquid",
+        6,
+        35,
+    ),
+    (
+        "Beauty/Hair Care/Conditioners",
+        "conditioner",
+        (
+            "sulfate free, silicone free, "
+            "for curly hair/for fine hair/for color treated hair/for dry hair, leave in, "
+            "detangling, argan oil/coconut oil/keratin"
+        ),
+        "liquid",
+        6,
+        35,
+    ),
+    (
+        "Beauty/Hair Care/Hair Brushes",
+        "hair brush",
+        (
+            "detangling, boar bristle/nylon bristle, "
+            "paddle/round, for thick hair/for wet hair, anti static, cushioned"
+        ),
+        "color",
+        7,
+        30,
+    ),
+    (
+        "Beauty/Hair Care/Hair Dryers",
+        "hair dryer",
+        ("ionic, ceramic, lightweight, diffuser attachment, foldable handle, fast drying, travel size"),
+        "color",
+        20,
+        120,
+    ),
+    (
+        "Beauty/Makeup/Lipsticks",
+        "lipstick",
+        ("matte/satin/glossy, long lasting, moisturizing, transfer proof, vegan, cruelty free"),
+        "lip",
+        6,
+        30,
+    ),
+    (
+        "Beauty/Makeup/Mascaras",
+        "mascara",
+        ("waterproof, volumizing, lengthening, smudge proof, clump free, vegan"),
+        "lash",
+        6,
+        28,
+    ),
+    (
+        "Beauty/Makeup/Foundations",
+        "foundation",
+        (
+            "full coverage/medium coverage/light coverage, "
+            "matte finish/dewy finish, long lasting, oil free, spf 15, for oily skin/for dry skin"
+        ),
+        "shade",
+        8,
+        45,
+    ),
+    (
+        "Beauty/Makeup/Makeup Brush Sets",
+        "makeup brush set",
+        ("synthetic bristles, vegan, travel case, cruelty free, dense, soft"),
+        "color",
+        10,
+        40,
+    ),
+    (
+        "Beauty/Bath & Body/Body Washes",
+        "body wash",
+        (
+            "moisturizing, sulfate free, "
+            "shea butter/coconut oil/oatmeal, for sensitive skin, natural, paraben free"
+        ),
+        "scent liquid",
+        6,
+        25,
+    ),
+    (
+        "Beauty/Bath & Body/Hand Creams",
+        "hand cream",
+        ("shea butter, non greasy, fast absorbing, for dry skin, travel size, fragrance free"),
+        "scent few",
+        6,
+        25,
+    ),
+    (
+        "Sports & Outdoors/Fitness/Yoga Mats",
+        "yoga mat",
+        (
+            "non slip, extra thick/thin, "
+            "eco friendly, tpe/pvc/natural rubber, carrying strap, alignment lines, sweat resistant"
+        ),
+        "color",
+        15,
+        80,
+    ),
+    (
+        "Sports & Outdoors/Fitness/Dumbbells",
+        "dumbbell",
+        ("neoprene/cast iron/rubber coated, hex, non slip grip, anti roll, sold as pair"),
+        "weight",
+        15,
+        150,
+    ),
+    (
+        "Sports & Outdoors/Fitness/Resistance Bands",
+        "resistance bands",
+        ("latex/fabric, loop/tube, with handles, door anchor, carry bag, heavy duty"),
+        "",
+        10,
+        40,
+    ),
+    (
+        "Sports & Outdoors/Fitness/Water Bottles",
+        "water bottle",
+        (
+            "bpa free, leak proof, "
+            "stainless steel/tritan plastic, insulated, with straw, wide mouth, time marker"
+        ),
+        "bottle color",
+        10,
+        45,
+    ),
+    (
+        "Sports & Outdoors/Camping/Tents",
+        "tent",
+        ("waterproof, instant setup/dome, 3 season/4 season, rainfly, lightweight, ventilated, carry bag"),
+        "tent color",
+        50,
+        300,
+    ),
+    (
+        "Sports & Outdoors/Camping/Sleeping Bags",
+        "sleeping bag",
+        (
+            "mummy/rectangular, "
+            "20 degree/40 degree/0 degree, lightweight, compressible, water resistant, compression sack"
+        ),
+        "color",
+        25,
+        150,
+    ),
+    (
+        "Sports & Outdoors/Camping/Headlamps",
+        "headlamp",
+        (
+            "rechargeable/battery powered, "
+            "waterproof, red light mode, motion sensor, adjustable strap, 1000 lumens/300 lumens"
+        ),
+        "few color",
+        10,
+        40,
+    ),
+    (
+        "Sports & Outdoors/Camping/Camping Chairs",
+        "camping chair",
+        ("folding, lightweight, cup holder, heavy duty, padded, carry bag, high back/low back"),
+        "color",
+        20,
+        90,
+    ),
+    (
+        "Sports & Outdoors/Cycling/Bike Helmets",
+        "bike helmet",
+        ("adjustable fit, ventilated, lightweight, led rear light, detachable visor, mips"),
+        "size color",
+        25,
+        120,
+    ),
+    (
+        "Sports & Outdoors/Cycling/Bike Lights",
+        "bike light set",
+        ("usb rechargeable, waterproof, front and rear, bright, easy install, multiple modes"),
+        "",
+        10,
+        45,
+    ),
+    (
+        "Grocery/Snacks/Protein Bars",
+        "protein bar",
+        ("high protein, gluten free, low sugar, keto friendly, plant based/whey protein, non gmo"),
+        "bar count",
+        15,
+        45,
+    ),
+    (
+        "Grocery/Snacks/Potato Chips",
+        "potato chips",
+        ("kettle cooked, gluten free, non gmo, baked, reduced fat, family size"),
+        "chip count",
+        10,
+        35,
+    ),
+    (
+        "Grocery/Snacks/Mixed Nuts",
+        "mixed nuts",
+        (
+            "roasted, unsalted/lightly salted/sea salt, "
+            "no added oil, resealable bag, keto friendly, high protein"
+        ),
+        "net",
+        8,
+        40,
+    ),
+    (
+        "Grocery/Snacks/Cookies",
+        "cookies",
+        ("soft baked/crunchy, gluten free, vegan, individually wrapped, no artificial flavors, organic"),
+        "cookie count",
+        6,
+        30,
+    ),
+    (
+        "Grocery/Snacks/Jerky",
+        "beef jerky",
+        ("high protein, low fat, gluten free, keto friendly, grass fed, no msg"),
+        "jerky net",
+        8,
+        40,
+    ),
+    (
+        "Grocery/Beverages/Ground Coffee",
+        "ground coffee",
+        ("medium roast/dark roast/light roast, arabica, organic, fair trade, decaf, kosher"),
+        "coffee net",
+        8,
+        35,
+    ),
+    (
+        "Grocery/Beverages/Tea Bags",
+        "tea bags",
+        (
+            "green tea/black tea/herbal tea/chai, organic, "
+            "caffeine free, individually wrapped, non gmo, kosher"
+        ),
+        "tea count",
+        5,
+        25,
+    ),
+    (
+        "Grocery/Beverages/Sparkling Water",
+        "sparkling water",
+        ("zero calorie, zero sugar, no sweeteners, naturally flavored, caffeine free, bpa free cans"),
+        "fizz count",
+        8,
+        30,
+    ),
+    (
+        "Grocery/Pantry/Olive Oil",
+        "olive oil",
+        ("extra virgin, cold pressed, organic, non gmo, single origin, glass bottle"),
+        "oil",
+        9,
+        45,
+    ),
+    (
+        "Grocery/Pantry/Pasta",
+        "pasta",
+        ("whole wheat/gluten free/durum wheat, organic, non gmo, bronze cut, high protein"),
+        "shape count",
+        5,
+        30,
+    ),
+    (
+        "Grocery/Pantry/Honey",
+        "honey",
+        ("raw, unfiltered, organic, manuka/clover/wildflower, non gmo, squeeze bottle/glass jar"),
+        "net",
+        8,
+        45,
+    ),
+    (
+        "Toys & Games/Building Toys/Building Block Sets",
+        "building block set",
+        ("storage box, educational, for ages 6 and up/for ages 3 and up, creative, stem"),
+        "pieces",
+        15,
+        80,
+    ),
+    (
+        "Toys & Games/Building Toys/Magnetic Tiles",
+        "magnetic tiles",
+        ("stem, educational, strong magnets, food grade abs, storage bag, for toddlers"),
+        "pieces",
+        20,
+        70,
+    ),
+    (
+        "Toys & Games/Games/Board Games",
+        "board game",
+        (
+            "family, strategy/party/cooperative, "
+            "for 2 to 4 players/for 2 to 6 players, for ages 8 and up/for ages 12 and up, "
+            "quick to learn"
+        ),
+        "",
+        15,
+        60,
+    ),
+    (
+        "Toys & Games/Games/Jigsaw Puzzles",
+        "jigsaw puzzle",
+        ("landscape/animal/abstract/floral, thick pieces, poster included, for adults/for kids, glare free"),
+        "puzzle",
+        10,
+        35,
+    ),
+    (
+        "Toys & Games/Plush Toys/Stuffed Animals",
+        "stuffed animal",
+        ("super soft, bear/bunny/dinosaur/unicorn/cat, hypoallergenic, machine washable, weighted"),
+        "plush color",
+        10,
+        45,
+    ),
+    (
+        "Toys & Games/Outdoor Play/Water Guns",
+        "water gun",
+        ("long range, large capacity, easy fill, for kids, pump action, leak proof"),
+        "few color",
+        8,
+        30,
+    ),
+    (
+        "Toys & Games/Arts & Crafts/Modeling Clay",
+        "modeling clay",
+        ("non toxic, air dry, soft, with tools, for kids, 24 colors/12 colors"),
+        "",
+        8,
+        30,
+    ),
+    (
+        "Toys & Games/Arts & Crafts/Coloring Books",
+        "coloring book",
+        (
+            "for kids/for adults, "
+            "animals/mandalas/unicorns/dinosaurs, thick paper, single sided pages, stress relief"
+        ),
+        "",
+        5,
+        15,
+    ),
 )
 
 
@@ -416,49 +1159,179 @@ class _Type:
 
 
 _TYPES: tuple[_Type, ...] = tuple(
-    _Type(tuple(path.split("/")), noun, tuple(tuple(g.split("/")) for g in attrs.split(", ")),
-          tuple(pools.split()), (lo, hi))
-    for path, noun, attrs, pools, lo, hi in _TABLE)
+    _Type(
+        tuple(path.split("/")),
+        noun,
+        tuple(tuple(g.split("/")) for g in attrs.split(", ")),
+        tuple(pools.split()),
+        (lo, hi),
+    )
+    for path, noun, attrs, pools, lo, hi in _TABLE
+)
 #: Product type -> the lower-case noun titles use for one such product ("Dress Shirts" ->
 #: "dress shirt"; plural where the thing is, "jeans").
 TYPE_NOUNS: dict[str, str] = {t.category[-1]: t.noun for t in _TYPES}
 
-_USES = {"Clothing": "everyday wear", "Shoes": "all-day comfort", "Home & Kitchen": "a cozy home",
-         "Electronics": "your devices at home and on the go", "Beauty": "your daily routine",
-         "Sports & Outdoors": "active days outdoors and at the gym", "Grocery": "your pantry",
-         "Toys & Games": "hours of play"}
-_WHO = {"Men": "Men's ", "Women": "Women's ", "Kids": "Kids' ", "Unisex": "Unisex "}
-_UPPER = {"usb": "USB", "led": "LED", "bpa": "BPA", "spf": "SPF", "pfoa": "PFOA", "gmo": "GMO",
-          "hdmi": "HDMI", "sd": "SD", "tpe": "TPE", "pvc": "PVC", "abs": "ABS", "mips": "MIPS",
-          "gan": "GaN", "msg": "MSG", "dpi": "DPI", "9h": "9H", "peva": "PEVA"}
-_LINES = ("Pro", "Plus", "Lite", "Max", "Classic", "Essential", "Elite", "Prime", "Flex", "Air",
-          "Select", "Signature")
-_INTROS = ("The {brand} {noun}, made for {use}.", "{brand} designed the {noun} for {use}.",
-           "Meet the {brand} {noun}, built for {use}.")
-_FEATURES = ("Key features: {attrs}.", "Highlights: {attrs}.", "What sets it apart: {attrs}.")
-_EXTRAS = ("Backed by a 30-day return policy.", "Ships in recyclable packaging.",
-           "Designed and tested by {brand}.", "A thoughtful gift idea.")
-_REVIEWS: dict[int, tuple[str, ...]] = {
-    5: ("Love this {noun}! Really {attr}.", "Exactly as described and great value.",
-        "Best {noun} I have bought in years.", "Would buy again, five stars."),
-    4: ("Good {noun}, {attr} as promised.", "Nice quality for the price.",
-        "Works well, shipping was a bit slow.", "Pretty happy with it overall."),
-    3: ("It's okay. Does the job but nothing special.", "Decent {noun} for the price.",
-        "Mixed feelings: {attr}, but the finish feels cheap."),
-    2: ("Not as {attr} as I hoped.", "Quality could be better.",
-        "Disappointed, it looks different from the photos."),
-    1: ("Fell apart after a week.", "Not as described, returned it.",
-        "Would not recommend this {noun}."),
+_USES = {
+    "Clothing": "everyday wear",
+    "Shoes": "all-day comfort",
+    "Home & Kitchen": "a cozy home",
+    "Electronics": "your devices at home and on the go",
+    "Beauty": "your daily routine",
+    "Sports & Outdoors": "active days outdoors and at the gym",
+    "Grocery": "your pantry",
+    "Toys & Games": "hours of play",
 }
-_FIRST_NAMES = ("Alex", "Maren", "Tobias", "Priya", "Jordan", "Lena", "Marcus", "Sofia", "Dev",
-                "Hana", "Owen", "Ines", "Kofi", "Mira", "Rafael", "Tess", "Yuki", "Noah", "Ada",
-                "Felix", "Grace", "Ivan", "Jada", "Liam", "Nora", "Omar", "Rosa", "Sam", "Vera",
-                "Wes")
-_ONSETS = ("b", "br", "c", "cl", "d", "f", "fl", "g", "gr", "h", "k", "l", "m", "n", "p", "pl",
-           "qu", "r", "s", "st", "t", "tr", "v", "w", "z")
+_WHO = {"Men": "Men's ", "Women": "Women's ", "Kids": "Kids' ", "Unisex": "Unisex "}
+_UPPER = {
+    "usb": "USB",
+    "led": "LED",
+    "bpa": "BPA",
+    "spf": "SPF",
+    "pfoa": "PFOA",
+    "gmo": "GMO",
+    "hdmi": "HDMI",
+    "sd": "SD",
+    "tpe": "TPE",
+    "pvc": "PVC",
+    "abs": "ABS",
+    "mips": "MIPS",
+    "gan": "GaN",
+    "msg": "MSG",
+    "dpi": "DPI",
+    "9h": "9H",
+    "peva": "PEVA",
+}
+_LINES = (
+    "Pro",
+    "Plus",
+    "Lite",
+    "Max",
+    "Classic",
+    "Essential",
+    "Elite",
+    "Prime",
+    "Flex",
+    "Air",
+    "Select",
+    "Signature",
+)
+_INTROS = (
+    "The {brand} {noun}, made for {use}.",
+    "{brand} designed the {noun} for {use}.",
+    "Meet the {brand} {noun}, built for {use}.",
+)
+_FEATURES = ("Key features: {attrs}.", "Highlights: {attrs}.", "What sets it apart: {attrs}.")
+_EXTRAS = (
+    "Backed by a 30-day return policy.",
+    "Ships in recyclable packaging.",
+    "Designed and tested by {brand}.",
+    "A thoughtful gift idea.",
+)
+_REVIEWS: dict[int, tuple[str, ...]] = {
+    5: (
+        "Love this {noun}! Really {attr}.",
+        "Exactly as described and great value.",
+        "Best {noun} I have bought in years.",
+        "Would buy again, five stars.",
+    ),
+    4: (
+        "Good {noun}, {attr} as promised.",
+        "Nice quality for the price.",
+        "Works well, shipping was a bit slow.",
+        "Pretty happy with it overall.",
+    ),
+    3: (
+        "It's okay. Does the job but nothing special.",
+        "Decent {noun} for the price.",
+        "Mixed feelings: {attr}, but the finish feels cheap.",
+    ),
+    2: (
+        "Not as {attr} as I hoped.",
+        "Quality could be better.",
+        "Disappointed, it looks different from the photos.",
+    ),
+    1: ("Fell apart after a week.", "Not as described, returned it.", "Would not recommend this {noun}."),
+}
+_FIRST_NAMES = (
+    "Alex",
+    "Maren",
+    "Tobias",
+    "Priya",
+    "Jordan",
+    "Lena",
+    "Marcus",
+    "Sofia",
+    "Dev",
+    "Hana",
+    "Owen",
+    "Ines",
+    "Kofi",
+    "Mira",
+    "Rafael",
+    "Tess",
+    "Yuki",
+    "Noah",
+    "Ada",
+    "Felix",
+    "Grace",
+    "Ivan",
+    "Jada",
+    "Liam",
+    "Nora",
+    "Omar",
+    "Rosa",
+    "Sam",
+    "Vera",
+    "Wes",
+)
+_ONSETS = (
+    "b",
+    "br",
+    "c",
+    "cl",
+    "d",
+    "f",
+    "fl",
+    "g",
+    "gr",
+    "h",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pl",
+    "qu",
+    "r",
+    "s",
+    "st",
+    "t",
+    "tr",
+    "v",
+    "w",
+    "z",
+)
 _VOWELS = ("a", "a", "e", "e", "i", "o", "o", "u", "ai", "ea", "oa")
-_BRAND_ENDS = ("", "", "ex", "ix", "on", "ora", "ly", "io", "wind", "field", "wood", "mark",
-               "line", "co", "ia", "ant", "ell")
+_BRAND_ENDS = (
+    "",
+    "",
+    "ex",
+    "ix",
+    "on",
+    "ora",
+    "ly",
+    "io",
+    "wind",
+    "field",
+    "wood",
+    "mark",
+    "line",
+    "co",
+    "ia",
+    "ant",
+    "ell",
+)
 _BRANDS_PER_DEPARTMENT = 45
 _BRANDS_PER_TYPE = 12
 _FAMILY_RATE = 0.35
@@ -473,8 +1346,7 @@ def _brands(rng: random.Random, n: int) -> list[str]:
     names: list[str] = []
     seen: set[str] = set()
     while len(names) < n:
-        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS)
-                       for _ in range(rng.choice((1, 2, 2))))
+        word = "".join(rng.choice(_ONSETS) + rng.choice(_VOWELS) for _ in range(rng.choice((1, 2, 2))))
         word = (word + rng.choice(_BRAND_ENDS)).capitalize()
         if 4 <= len(word) <= 10 and word not in seen:
             seen.add(word)
@@ -528,7 +1400,7 @@ def _options(rng: random.Random, kind: _Type) -> dict[str, tuple[str, ...]]:
         if run:
             k = rng.randint(min(3, len(values)), min(7, len(values)))
             start = rng.randint(0, len(values) - k)
-            options[name] = values[start:start + k]
+            options[name] = values[start : start + k]
         else:
             chosen = set(rng.sample(values, rng.randint(2, min(5, len(values)))))
             options[name] = tuple(v for v in values if v in chosen)
@@ -547,15 +1419,14 @@ def _stock(rng: random.Random, options: dict[str, tuple[str, ...]]) -> dict[tupl
 def _title(draft: _Draft, who: str, line: str) -> str:
     brand = f"{draft.brand} {line}" if line else draft.brand
     noun = _title_case(draft.kind.noun)
-    shown = [_title_case(a) for a in draft.attributes[:draft.shown]]
+    shown = [_title_case(a) for a in draft.attributes[: draft.shown]]
     front = [a for a in shown if not a.startswith(("For ", "With "))]
     if draft.form == 0 and front:
         rest = [a for a in shown if a != front[0]]
         return f"{brand} {who}{front[0]} {noun}" + (", " + " ".join(rest) if rest else "")
     if draft.form == 1 and len(front) >= 2:
         rest = [a for a in shown if a not in front[:2]]
-        return f"{brand} {front[0]} {front[1]} {who}{noun}" + (
-            " " + ", ".join(rest) if rest else "")
+        return f"{brand} {front[0]} {front[1]} {who}{noun}" + (" " + ", ".join(rest) if rest else "")
     return f"{brand} {who}{noun} - " + ", ".join(shown)
 
 
@@ -563,9 +1434,10 @@ def _description(rng: random.Random, draft: _Draft, options: dict[str, tuple[str
     kind = draft.kind
     attrs = list(draft.attributes)
     listed = ", ".join(attrs[:-1]) + " and " + attrs[-1] if len(attrs) > 1 else attrs[0]
-    sentences = [rng.choice(_INTROS).format(brand=draft.brand, noun=kind.noun,
-                                            use=_USES[kind.category[0]]),
-                 rng.choice(_FEATURES).format(attrs=listed)]
+    sentences = [
+        rng.choice(_INTROS).format(brand=draft.brand, noun=kind.noun, use=_USES[kind.category[0]]),
+        rng.choice(_FEATURES).format(attrs=listed),
+    ]
     if options:
         name, values = next(iter(options.items()))
         sentences.append(f"Available in {len(values)} {name} choices: {', '.join(values)}.")
@@ -580,8 +1452,9 @@ def _reviews(rng: random.Random, draft: _Draft) -> tuple[Review, ...]:
     reviews = []
     for _ in range(rng.choice((0, 1, 2, 2, 3, 3, 4, 5, 5))):
         stars = min(5, max(1, round(rng.gauss(quality, 0.9))))
-        text = rng.choice(_REVIEWS[stars]).format(noun=draft.kind.noun,
-                                                  attr=rng.choice(plain) if plain else "sturdy")
+        text = rng.choice(_REVIEWS[stars]).format(
+            noun=draft.kind.noun, attr=rng.choice(plain) if plain else "sturdy"
+        )
         author = f"{rng.choice(_FIRST_NAMES)} {rng.choice('ABCDEFGHJKLMNPRSTVW')}."
         reviews.append(Review(author, stars, text))
     return tuple(reviews)
@@ -591,8 +1464,10 @@ def _drafts(rng: random.Random, num_products: int) -> list[_Draft]:
     """``num_products`` drafts, spread evenly over the product types, some in families."""
     departments = list(dict.fromkeys(t.category[0] for t in _TYPES))
     names = _brands(rng, _BRANDS_PER_DEPARTMENT * len(departments))
-    brands = {d: names[i * _BRANDS_PER_DEPARTMENT:(i + 1) * _BRANDS_PER_DEPARTMENT]
-              for i, d in enumerate(departments)}
+    brands = {
+        d: names[i * _BRANDS_PER_DEPARTMENT : (i + 1) * _BRANDS_PER_DEPARTMENT]
+        for i, d in enumerate(departments)
+    }
     drafts: list[_Draft] = []
     base, extra = divmod(num_products, len(_TYPES))
     for i, kind in enumerate(_TYPES):
@@ -602,9 +1477,14 @@ def _drafts(rng: random.Random, num_products: int) -> list[_Draft]:
         while len(made) < want:
             lo, hi = kind.price
             attrs = _attributes(rng, kind)
-            draft = _Draft(kind, rng.choice(pool), attrs, rng.randrange(3),
-                           rng.randint(1, min(3, len(attrs))),
-                           _price(rng, math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+            draft = _Draft(
+                kind,
+                rng.choice(pool),
+                attrs,
+                rng.randrange(3),
+                rng.randint(1, min(3, len(attrs))),
+                _price(rng, math.exp(rng.uniform(math.log(lo), math.log(hi)))),
+            )
             made.append(draft)
             if rng.random() < _FAMILY_RATE:
                 made += [_sibling(rng, draft) for _ in range(rng.choice((1, 1, 2)))]
@@ -637,9 +1517,20 @@ def _products(rng: random.Random, drafts: list[_Draft]) -> list[Product]:
         options = _options(rng, draft.kind)
         reviews = _reviews(rng, draft)
         rating = round(sum(r.stars for r in reviews) / len(reviews), 1) if reviews else 0.0
-        products.append(Product(pid, draft.kind.category, title,
-                                _description(rng, draft, options), draft.attributes, options,
-                                _stock(rng, options), draft.price, rating, reviews))
+        products.append(
+            Product(
+                pid,
+                draft.kind.category,
+                title,
+                _description(rng, draft, options),
+                draft.attributes,
+                options,
+                _stock(rng, options),
+                draft.price,
+                rating,
+                reviews,
+            )
+        )
     products.sort(key=lambda p: p.id)
     return products
 
@@ -647,8 +1538,30 @@ def _products(rng: random.Random, drafts: list[_Draft]) -> list[Product]:
 # Search -------------------------------------------------------------------------------------------
 
 _WORD = re.compile(r"[a-z0-9]+")
-_STOPWORDS = frozenset(("a", "an", "and", "the", "of", "for", "with", "in", "to", "on", "i",
-                        "am", "is", "it", "me", "my", "or", "that", "this", "by"))
+_STOPWORDS = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "the",
+        "of",
+        "for",
+        "with",
+        "in",
+        "to",
+        "on",
+        "i",
+        "am",
+        "is",
+        "it",
+        "me",
+        "my",
+        "or",
+        "that",
+        "this",
+        "by",
+    )
+)
 _K1, _B = 1.2, 0.75
 
 
@@ -667,8 +1580,9 @@ def tokenize(text: str) -> list[str]:
 
 
 def _document(p: Product) -> str:
-    return " ".join((p.title, *p.attributes, *p.category,
-                     *(v for values in p.options.values() for v in values)))
+    return " ".join(
+        (p.title, *p.attributes, *p.category, *(v for values in p.options.values() for v in values))
+    )
 
 
 @dataclass
@@ -699,8 +1613,7 @@ class Catalog:
         for i, p in enumerate(self.products):
             for name in dict.fromkeys(c.lower() for c in p.category):
                 members.setdefault(name, []).append(i)
-        self._in_category = {name: np.array(rows, dtype=np.int64)
-                             for name, rows in members.items()}
+        self._in_category = {name: np.array(rows, dtype=np.int64) for name, rows in members.items()}
 
     def _build_index(self) -> None:
         """BM25 postings: for term ``t``, documents ``_docs[_starts[t]:_starts[t+1]]`` with
@@ -714,8 +1627,7 @@ class Catalog:
             lengths[i] = len(words)
             term_ids += [terms.setdefault(w, len(terms)) for w in words]
         doc_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
-        keys, tf = np.unique(np.asarray(term_ids, dtype=np.int64) * max(n, 1) + doc_of,
-                             return_counts=True)
+        keys, tf = np.unique(np.asarray(term_ids, dtype=np.int64) * max(n, 1) + doc_of, return_counts=True)
         term_of, docs = np.divmod(keys, max(n, 1))
         df = np.bincount(term_of, minlength=len(terms))
         idf = np.log1p((n - df + 0.5) / (df + 0.5))
@@ -736,8 +1648,15 @@ class Catalog:
         """The distinct category paths, sorted."""
         return sorted({p.category for p in self.products})
 
-    def search(self, query: str, *, category: str | None = None, min_price: float | None = None,
-               max_price: float | None = None, sort: str = "relevance") -> list[Product]:
+    def search(
+        self,
+        query: str,
+        *,
+        category: str | None = None,
+        min_price: float | None = None,
+        max_price: float | None = None,
+        sort: str = "relevance",
+    ) -> list[Product]:
         """The products matching ``query``, best first.
 
         A product matches when it shares a search term with the query (see :func:`tokenize`);
@@ -756,16 +1675,20 @@ class Catalog:
             # With weights the counts are float64; numpy's stub types bincount as intp regardless.
             scores: npt.NDArray[np.float64] = np.bincount(  # type: ignore[assignment]
                 np.concatenate([self._docs[s] for s in spans]),
-                np.concatenate([self._weights[s] for s in spans]), minlength=n)
+                np.concatenate([self._weights[s] for s in spans]),
+                minlength=n,
+            )
             hits = np.flatnonzero(scores > 0)
         elif words:
             return []
         else:
             scores, hits = np.zeros(n), np.arange(n)
         if category is not None:
-            hits = np.intersect1d(hits, self._in_category.get(category.strip().lower(),
-                                                              np.empty(0, np.int64)),
-                                  assume_unique=True)
+            hits = np.intersect1d(
+                hits,
+                self._in_category.get(category.strip().lower(), np.empty(0, np.int64)),
+                assume_unique=True,
+            )
         if min_price is not None:
             hits = hits[self._prices[hits] >= min_price]
         if max_price is not None:

@@ -52,8 +52,9 @@ def expert_action(observation: str, info: dict[str, Any]) -> str:
     return _text_action(observation, url, goal, product)
 
 
-def play(env: Any, task_id: str, act: Any = expert_action, limit: int = 40
-         ) -> tuple[float, dict[str, Any], str]:
+def play(
+    env: Any, task_id: str, act: Any = expert_action, limit: int = 40
+) -> tuple[float, dict[str, Any], str]:
     """One episode of task ``task_id`` played by ``act(observation, info)`` (default: the
     expert), at most ``limit`` steps: (return, last info, last observation)."""
     obs, info = env.reset(options={"task_id": task_id})
@@ -66,8 +67,9 @@ def play(env: Any, task_id: str, act: Any = expert_action, limit: int = 40
     return total, info, obs
 
 
-async def aplay(env: Any, task_id: str, act: Any = expert_action, limit: int = 40
-                ) -> tuple[float, dict[str, Any], str]:
+async def aplay(
+    env: Any, task_id: str, act: Any = expert_action, limit: int = 40
+) -> tuple[float, dict[str, Any], str]:
     """:func:`play` through the env's async API (``areset``/``astep``)."""
     obs, info = await env.areset(options={"task_id": task_id})
     total = 0.0
@@ -99,12 +101,26 @@ def _text_action(observation: str, url: Any, goal: Goal, product: Product) -> st
 
 def _browser_action(observation: str, url: Any, goal: Goal, product: Product) -> str:
     # (role, name, flags such as [checked], ref, text after the ref such as a text box's value)
-    nodes = [(m.group(1), json.loads(m.group(2)) if m.group(2) else "", m.group(3), m.group(4),
-              _yaml_text(m.group(5))) for m in _NODE.finditer(observation)]
+    nodes = [
+        (
+            m.group(1),
+            json.loads(m.group(2)) if m.group(2) else "",
+            m.group(3),
+            m.group(4),
+            _yaml_text(m.group(5)),
+        )
+        for m in _NODE.finditer(observation)
+    ]
 
     def ref(role: str, name: str, unchecked: bool = False) -> str | None:
-        return next((r for rl, n, flags, r, _ in nodes if rl == role and n == name
-                     and not (unchecked and "[checked]" in flags)), None)
+        return next(
+            (
+                r
+                for rl, n, flags, r, _ in nodes
+                if rl == role and n == name and not (unchecked and "[checked]" in flags)
+            ),
+            None,
+        )
 
     if url.path == f"/product/{product.id}":
         for value in expert_choice(goal, product).values():

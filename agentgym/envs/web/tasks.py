@@ -45,8 +45,17 @@ from agentgym import seeding
 from agentgym.envs.web.catalog import TYPE_NOUNS, Catalog, Product, catalog
 from agentgym.seeding import SPLITS
 
-__all__ = ["DEFAULT_NUM_TASKS", "SPLITS", "Goal", "Score", "generate_tasks", "grade", "satisfies",
-           "task_split", "tasks"]
+__all__ = [
+    "DEFAULT_NUM_TASKS",
+    "SPLITS",
+    "Goal",
+    "Score",
+    "generate_tasks",
+    "grade",
+    "satisfies",
+    "task_split",
+    "tasks",
+]
 
 DEFAULT_NUM_TASKS = 1_500
 #: How deep in a query's results the target may be.
@@ -114,19 +123,18 @@ def _line(goal: Goal, catalog: Catalog, product_id: str, choice: Mapping[str, st
         offered = {v.lower() for v in product.options.get(name, ())}
         options += chosen == wanted.lower() and chosen in offered
     price_ok = product.price <= goal.max_price
-    reward = r_type * (attributes + options + price_ok) / (
-        len(goal.attributes) + len(goal.options) + 1)
+    reward = r_type * (attributes + options + price_ok) / (len(goal.attributes) + len(goal.options) + 1)
     return Score(reward, r_type, attributes, options, price_ok)
 
 
-def grade(goal: Goal, catalog: Catalog,
-          purchased: Sequence[tuple[str, Mapping[str, str]]]) -> Score:
+def grade(goal: Goal, catalog: Catalog, purchased: Sequence[tuple[str, Mapping[str, str]]]) -> Score:
     """WebShop's reward for the order ``purchased``, lines of (product id, chosen options): the
     best line's score, its reward divided by the number of lines. Empty order: all zeros."""
     if not purchased:
         return _ZERO
-    best = max((_line(goal, catalog, pid, choice) for pid, choice in purchased),
-               key=lambda score: score.reward)
+    best = max(
+        (_line(goal, catalog, pid, choice) for pid, choice in purchased), key=lambda score: score.reward
+    )
     return replace(best, reward=best.reward / len(purchased))
 
 
@@ -136,22 +144,27 @@ def _available(goal: Goal, product: Product) -> bool:
     if any(name not in product.options for name in goal.options):
         return False
     at = [(names.index(name), value.lower()) for name, value in goal.options.items()]
-    return any(units > 0 and all(key[i].lower() == v for i, v in at)
-               for key, units in product.stock.items())
+    return any(units > 0 and all(key[i].lower() == v for i, v in at) for key, units in product.stock.items())
 
 
 def satisfies(goal: Goal, product: Product) -> bool:
     """Whether buying ``product`` (in an in-stock combination with the asked values) fulfils
     ``goal`` completely."""
-    return (product.category == goal.category and product.price <= goal.max_price
-            and all(a in product.attributes for a in goal.attributes)
-            and _available(goal, product))
+    return (
+        product.category == goal.category
+        and product.price <= goal.max_price
+        and all(a in product.attributes for a in goal.attributes)
+        and _available(goal, product)
+    )
 
 
 def _near_miss(goal: Goal, product: Product) -> bool:
     """A product of the goal's type that fails it on exactly one count."""
-    fails = (not all(a in product.attributes for a in goal.attributes),
-             product.price > goal.max_price, not _available(goal, product))
+    fails = (
+        not all(a in product.attributes for a in goal.attributes),
+        product.price > goal.max_price,
+        not _available(goal, product),
+    )
     return product.category == goal.category and sum(fails) == 1
 
 
@@ -166,15 +179,24 @@ _TEMPLATES = (
     "i would like {item}{options}, under {price} dollars",
     "please find {item}{options}, and keep it under {price} dollars",
 )
-_OPTION_WORDS = {"size": "size {v}", "color": "{v} color", "shade": "{v} shade",
-                 "model": "{v} model", "length": "{v} length", "capacity": "{v} capacity",
-                 "flavor": "{v} flavor", "scent": "{v} scent", "style": "{v} style"}
+_OPTION_WORDS = {
+    "size": "size {v}",
+    "color": "{v} color",
+    "shade": "{v} shade",
+    "model": "{v} model",
+    "length": "{v} length",
+    "capacity": "{v} capacity",
+    "flavor": "{v} flavor",
+    "scent": "{v} scent",
+    "style": "{v} style",
+}
 _JOINS = (" in ", " with ", ", ")
 _CLAUSE_JOINS = (", in ", ", with ")  # after "that is ...", where a bare comma would list on
 _FOR = {"Men": " for men", "Women": " for women", "Kids": " for kids"}
 _QUERY_WHO = {"Men": "men's", "Women": "women's", "Kids": "kids"}
-_UNCOUNTED = frozenset(("honey", "pasta", "olive oil", "sparkling water", "ground coffee",
-                        "beef jerky", "modeling clay"))
+_UNCOUNTED = frozenset(
+    ("honey", "pasta", "olive oil", "sparkling water", "ground coffee", "beef jerky", "modeling clay")
+)
 _AFTER = ("for ", "with ")  # attributes that read after the noun
 
 
@@ -193,8 +215,13 @@ def _listed(words: Sequence[str]) -> str:
     return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else words[0]
 
 
-def _instruction(rng: random.Random, category: tuple[str, ...], attributes: tuple[str, ...],
-                 options: Mapping[str, str], max_price: float) -> str:
+def _instruction(
+    rng: random.Random,
+    category: tuple[str, ...],
+    attributes: tuple[str, ...],
+    options: Mapping[str, str],
+    max_price: float,
+) -> str:
     noun = TYPE_NOUNS[category[-1]]
     who = _FOR.get(category[1], "")
     before = [a for a in attributes if not a.startswith(_AFTER)]
@@ -206,15 +233,17 @@ def _instruction(rng: random.Random, category: tuple[str, ...], attributes: tupl
         verb = "are" if _plural(noun) else "is"
         item = f"{_article(noun, noun)}{who} that {verb} {_listed(list(attributes))}"
         joins = _CLAUSE_JOINS
-    wanted = _listed([_OPTION_WORDS.get(name, "{v}").format(v=value.lower())
-                      for name, value in options.items()]) if options else ""
+    wanted = (
+        _listed([_OPTION_WORDS.get(name, "{v}").format(v=value.lower()) for name, value in options.items()])
+        if options
+        else ""
+    )
     return rng.choice(_TEMPLATES).format(
-        item=item, options=rng.choice(joins) + wanted if wanted else "",
-        price=f"{max_price:.2f}")
+        item=item, options=rng.choice(joins) + wanted if wanted else "", price=f"{max_price:.2f}"
+    )
 
 
-def _queries(rng: random.Random, category: tuple[str, ...],
-             attributes: tuple[str, ...]) -> list[str]:
+def _queries(rng: random.Random, category: tuple[str, ...], attributes: tuple[str, ...]) -> list[str]:
     """Searches a person might type for the goal, shortest first: its type and an attribute,
     then with the gender the category names, then with two attributes."""
     noun = TYPE_NOUNS[category[-1]]
@@ -225,8 +254,11 @@ def _queries(rng: random.Random, category: tuple[str, ...],
 
     who = [_QUERY_WHO[category[1]]] if category[1] in _QUERY_WHO else []
     singles = rng.sample(attributes, len(attributes))
-    return ([query([a]) for a in singles] + [query([*who, a]) for a in singles if who]
-            + [query(pair) for pair in combinations(singles, 2)])
+    return (
+        [query([a]) for a in singles]
+        + [query([*who, a]) for a in singles if who]
+        + [query(pair) for pair in combinations(singles, 2)]
+    )
 
 
 def _budget(rng: random.Random, price: float) -> float:
@@ -239,12 +271,12 @@ def _budget(rng: random.Random, price: float) -> float:
 # Generation ---------------------------------------------------------------------------------------
 
 
-def _goal(rng: random.Random, catalog: Catalog, target: Product, kin: list[Product],
-          number: int) -> Goal | None:
+def _goal(
+    rng: random.Random, catalog: Catalog, target: Product, kin: list[Product], number: int
+) -> Goal | None:
     """A goal whose target is ``target`` (``kin``: the products of its type), or ``None`` where
     it would have no near miss or no query finds the target."""
-    attributes = tuple(rng.sample(target.attributes,
-                                  min(len(target.attributes), rng.choice((1, 2, 2, 3)))))
+    attributes = tuple(rng.sample(target.attributes, min(len(target.attributes), rng.choice((1, 2, 2, 3)))))
     options: dict[str, str] = {}
     if target.options:
         key = rng.choice([k for k, units in target.stock.items() if units > 0])
@@ -252,19 +284,20 @@ def _goal(rng: random.Random, catalog: Catalog, target: Product, kin: list[Produ
         if len(options) == 2 and rng.random() < 0.15:
             del options[rng.choice(list(options))]
     max_price = _budget(rng, target.price)
-    goal = Goal(f"shop-{number:05d}", "", target.category, attributes, options, max_price,
-                target.id, "")
+    goal = Goal(f"shop-{number:05d}", "", target.category, attributes, options, max_price, target.id, "")
     if not any(_near_miss(goal, p) for p in kin):
         return None
     for query in _queries(rng, target.category, attributes):
         if any(p.id == target.id for p in catalog.search(query)[:QUERY_DEPTH]):
-            return replace(goal, query=query, instruction=_instruction(
-                rng, target.category, attributes, options, max_price))
+            return replace(
+                goal,
+                query=query,
+                instruction=_instruction(rng, target.category, attributes, options, max_price),
+            )
     return None
 
 
-def generate_tasks(catalog: Catalog, seed: int = 0,
-                   num_tasks: int = DEFAULT_NUM_TASKS) -> list[Goal]:
+def generate_tasks(catalog: Catalog, seed: int = 0, num_tasks: int = DEFAULT_NUM_TASKS) -> list[Goal]:
     """Up to ``num_tasks`` goals over ``catalog`` (fewer only for a catalog too small to have
     them), each with its own target product, drawn from products in shuffled order. Ids are
     ``shop-00000`` on. The same arguments give the same goals."""

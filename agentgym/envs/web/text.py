@@ -35,12 +35,44 @@ MAX_QUERY_CHARS = 200
 #: Characters that no HTML form field holds: C0 controls (but tab, newline, carriage return),
 #: lone surrogates and the two non-characters.
 _NOT_TYPABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-_ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*|\s*(stop)\s*(?:\[\s*\])?\s*",
-                     re.IGNORECASE | re.DOTALL)
-_BLOCKS = frozenset([
-    "address", "article", "aside", "dd", "div", "dl", "dt", "fieldset", "figure", "footer", "form",
-    "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "legend", "li", "main", "nav", "ol", "p",
-    "section", "table", "td", "th", "tr", "ul"])
+_ACTION = re.compile(
+    r"\s*(search|click)\s*\[(.*)\]\s*|\s*(stop)\s*(?:\[\s*\])?\s*", re.IGNORECASE | re.DOTALL
+)
+_BLOCKS = frozenset(
+    [
+        "address",
+        "article",
+        "aside",
+        "dd",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "legend",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "section",
+        "table",
+        "td",
+        "th",
+        "tr",
+        "ul",
+    ]
+)
 _HIDDEN = frozenset(("head", "script", "style", "noscript", "template"))
 _SELECTED = " (selected)"
 _SITE = "http://shop.local"  # resolves the page's relative links; the shop's pages are all relative
@@ -89,8 +121,12 @@ class TextPage:
             out.append(self._clickable(_name(el), "choice", radio, radio.checked))
         elif tag == "select":
             for option in el.iter("option"):
-                out.append(self._clickable(_name(option), "choice", option,
-                                           option.get("value", _name(option)) == el.value) + " ")
+                out.append(
+                    self._clickable(
+                        _name(option), "choice", option, option.get("value", _name(option)) == el.value
+                    )
+                    + " "
+                )
         elif tag == "input" and el.get("type") == "submit":
             out.append(self._clickable(el.get("value") or "Submit", "submit", el))
         elif tag != "input":
@@ -111,8 +147,11 @@ class TextPage:
 
     def choices(self) -> str:
         """The choices made, as text (for the state key)."""
-        return ";".join(f"{el.get('name')}={el.get('value')}" for el in self.doc.iter("input")
-                        if el.get("type") == "radio" and el.checked)
+        return ";".join(
+            f"{el.get('name')}={el.get('value')}"
+            for el in self.doc.iter("input")
+            if el.get("type") == "radio" and el.checked
+        )
 
 
 def _name(el: Any) -> str:
@@ -137,8 +176,9 @@ class ShopTextEnv(ShopEnvBase):
         super().__init__(**kwargs)
         self.page = TextPage("/", "")
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a task (``options={"task_id": ...}``, else one drawn with ``seed``) on the home
         page, as a new visitor."""
         super().reset(seed=seed)
@@ -153,13 +193,26 @@ class ShopTextEnv(ShopEnvBase):
         match = _ACTION.fullmatch(text)
         if match and match.group(3):
             reward, terminated, truncated = self._stop()
-            return "You stopped without buying.", reward, terminated, truncated, self._info() | {
-                "action_valid": True}
-        feedback = self._act(match.group(1).lower(), match.group(2).strip()) if match else (
-            "Unknown action. Use search[words], click[name of a bracketed element] or stop.")
+            return (
+                "You stopped without buying.",
+                reward,
+                terminated,
+                truncated,
+                self._info() | {"action_valid": True},
+            )
+        feedback = (
+            self._act(match.group(1).lower(), match.group(2).strip())
+            if match
+            else ("Unknown action. Use search[words], click[name of a bracketed element] or stop.")
+        )
         reward, terminated, truncated = self._after_action()
-        return (self._observe(feedback), reward, terminated, truncated,
-                self._info() | {"action_valid": not feedback})
+        return (
+            self._observe(feedback),
+            reward,
+            terminated,
+            truncated,
+            self._info() | {"action_valid": not feedback},
+        )
 
     def _act(self, verb: str, arg: str) -> str:
         """Do ``verb[arg]``; the feedback for an invalid action ("" when it was valid)."""

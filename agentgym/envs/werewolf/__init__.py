@@ -50,19 +50,33 @@ def register() -> None:
     """Entry point of the ``agentgym.envs`` group: registers ``agentgym/Werewolf-v0`` as a
     Gymnasium id (one seat) and as a multi-agent id (AEC and parallel)."""
     manifest = EnvManifest(
-        description="Werewolf (arena or lspo rules): one seat against bots, or every seat "
-                    "through PettingZoo",
+        description="Werewolf (arena or lspo rules): one seat against bots, or every seat through PettingZoo",
         family="werewolf",
         # Pure Python like the text games: the image built from the agentgym wheel serves both.
         image=f"agentgym/textgames:{__version__}",
         # Rule options as Rules has them; not others, prompter or sampling (the bots' policies).
-        client_kwargs={"preset": None, "seat": None, "role": None, "num_players": 16,
-                       "werewolves": 8, "seers": 1, "doctors": 1, "speaking_order": None,
-                       "debate_turns": 20, "reveal_role_on_death": None,
-                       "allow_self_protect": None, "exile_rule": None, "vote_tie": None,
-                       "max_days": 30, "max_speech_chars": 4000},
+        client_kwargs={
+            "preset": None,
+            "seat": None,
+            "role": None,
+            "num_players": 16,
+            "werewolves": 8,
+            "seers": 1,
+            "doctors": 1,
+            "speaking_order": None,
+            "debate_turns": 20,
+            "reveal_role_on_death": None,
+            "allow_self_protect": None,
+            "exile_rule": None,
+            "vote_tie": None,
+            "max_days": 30,
+            "max_speech_chars": 4000,
+        },
     )
     _register(ENV_ID, "agentgym.envs.werewolf.single:WerewolfEnv", manifest=manifest)
-    register_multiagent(ENV_ID, aec_entry_point="agentgym.envs.werewolf:env",
-                        parallel_entry_point="agentgym.envs.werewolf:parallel_env",
-                        manifest=manifest)
+    register_multiagent(
+        ENV_ID,
+        aec_entry_point="agentgym.envs.werewolf:env",
+        parallel_entry_point="agentgym.envs.werewolf:parallel_env",
+        manifest=manifest,
+    )

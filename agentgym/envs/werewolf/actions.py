@@ -24,8 +24,14 @@ __all__ = ["ABSTAIN", "MAX_RESPONSE_CHARS", "TAGS", "InvalidAnswer", "Question",
 #: Longest answer read, in characters; longer ones are refused unread.
 MAX_RESPONSE_CHARS = 8192
 MAX_BID = 4
-TAGS = {"attack": "target", "protect": "target", "check": "target", "bid": "bid",
-        "speech": "speech", "vote": "vote"}
+TAGS = {
+    "attack": "target",
+    "protect": "target",
+    "check": "target",
+    "bid": "bid",
+    "speech": "speech",
+    "vote": "vote",
+}
 """Question kind -> the tag of its structured part."""
 ABSTAIN = ("nobody", "no one", "none", "abstain")
 _PLAYER = re.compile(r"(?:player)?[ _]?(\d{1,3})")
@@ -52,8 +58,9 @@ class Question:
     @property
     def example(self) -> str:
         """A well-formed answer, for instructions and feedback."""
-        content = {"target": "PlayerN", "vote": "PlayerN", "bid": "2",
-                   "speech": "what you say to everyone"}[self.tag]
+        content = {"target": "PlayerN", "vote": "PlayerN", "bid": "2", "speech": "what you say to everyone"}[
+            self.tag
+        ]
         return f"<{self.tag}>{content}</{self.tag}>"
 
 
@@ -62,15 +69,18 @@ def parse_answer(question: Question, text: str, max_speech_chars: int) -> str | 
     (``None`` for a vote for nobody), an int for a bid, the statement (whitespace collapsed to
     single spaces) for a speech. Raises :class:`InvalidAnswer`."""
     if len(text) > MAX_RESPONSE_CHARS:
-        raise InvalidAnswer(f"Your answer is {len(text):,} characters long; answers longer than "
-                            f"{MAX_RESPONSE_CHARS:,} characters are not read.")
+        raise InvalidAnswer(
+            f"Your answer is {len(text):,} characters long; answers longer than "
+            f"{MAX_RESPONSE_CHARS:,} characters are not read."
+        )
     content = extract_tag(text, question.tag)
     if content is None:
-        others = sorted({t for t in TAGS.values() if t != question.tag
-                         and extract_tag(text, t) is not None})
+        others = sorted({t for t in TAGS.values() if t != question.tag and extract_tag(text, t) is not None})
         found = f" (you used <{others[0]}>, which is for another question)" if others else ""
-        raise InvalidAnswer(f"Your answer has no <{question.tag}>...</{question.tag}> part"
-                            f"{found}. Answer like this: {question.example}")
+        raise InvalidAnswer(
+            f"Your answer has no <{question.tag}>...</{question.tag}> part"
+            f"{found}. Answer like this: {question.example}"
+        )
     if question.tag == "bid":
         return _bid(content)
     if question.tag == "speech":
@@ -90,8 +100,9 @@ def _speech(content: str, max_chars: int) -> str:
     if not statement:
         raise InvalidAnswer("Your statement is empty: write it between <speech> and </speech>.")
     if len(statement) > max_chars:
-        raise InvalidAnswer(f"Your statement is {len(statement):,} characters long; keep it "
-                            f"under {max_chars:,}.")
+        raise InvalidAnswer(
+            f"Your statement is {len(statement):,} characters long; keep it under {max_chars:,}."
+        )
     return statement
 
 
@@ -105,7 +116,9 @@ def _target(question: Question, content: str) -> str | None:
         return name
     reasons = dict(question.refused)
     if name in reasons:
-        raise InvalidAnswer(f"You cannot name {name}: {reasons[name]}. Choose one of "
-                            f"{', '.join(question.options)}.")
-    raise InvalidAnswer(f"{content[:40]!r} is not a player you can name here. Choose one of "
-                        f"{', '.join(question.options)}.")
+        raise InvalidAnswer(
+            f"You cannot name {name}: {reasons[name]}. Choose one of {', '.join(question.options)}."
+        )
+    raise InvalidAnswer(
+        f"{content[:40]!r} is not a player you can name here. Choose one of {', '.join(question.options)}."
+    )

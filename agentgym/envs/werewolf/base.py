@@ -41,8 +41,7 @@ def parse_task_id(task_id: Any) -> tuple[str, int]:
     is checked against the rules by :class:`~agentgym.envs.werewolf.engine.Game`)."""
     deal, _, seed = str(task_id).partition("/")
     if not seed.isdigit():
-        raise ValueError(f"werewolf task_id must be '<deal>/<seed>' like 'WVSDVVWV/7', "
-                         f"got {task_id!r}")
+        raise ValueError(f"werewolf task_id must be '<deal>/<seed>' like 'WVSDVVWV/7', got {task_id!r}")
     return deal, int(seed)
 
 
@@ -56,20 +55,23 @@ class WerewolfBase:
         options: rule options of :class:`~agentgym.envs.werewolf.rules.Rules`.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "werewolf_v0",
-                                          "render_modes": ["ansi", "human", "html"],
-                                          "is_parallelizable": True}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "werewolf_v0",
+        "render_modes": ["ansi", "human", "html"],
+        "is_parallelizable": True,
+    }
 
     def __init__(self, preset: str = "arena", render_mode: str | None = None, **options: Any):
         self.rules = Rules.preset(preset, **options)
         if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode={render_mode!r} is not supported; choose one of "
-                             f"{self.metadata['render_modes']} or None")
+            raise ValueError(
+                f"render_mode={render_mode!r} is not supported; choose one of "
+                f"{self.metadata['render_modes']} or None"
+            )
         self.render_mode = render_mode
         self.possible_agents = [agent_of(seat) for seat in range(self.rules.num_players)]
         self.agents: list[str] = []
-        self.observation_spaces = {a: UnicodeText(MAX_OBSERVATION_CHARS)
-                                   for a in self.possible_agents}
+        self.observation_spaces = {a: UnicodeText(MAX_OBSERVATION_CHARS) for a in self.possible_agents}
         self.action_spaces = {a: UnicodeText(MAX_RESPONSE_CHARS) for a in self.possible_agents}
         self._seeds = random.Random()
         self._game: Game | None = None
@@ -97,23 +99,27 @@ class WerewolfBase:
             self._game = Game(self.rules, game_seed, deal)
         else:
             self._game = Game(self.rules, seed if seed is not None else self._seeds.getrandbits(31))
-        self._instructions = {p.agent: instruction(self.rules, p.seat, p.role)
-                              for p in self._game.players}
+        self._instructions = {p.agent: instruction(self.rules, p.seat, p.role) for p in self._game.players}
         self.agents = list(self.possible_agents)
 
-    def _infos(self, agents: list[str], answered: dict[str, Answered] | None = None
-               ) -> dict[str, dict[str, Any]]:
+    def _infos(
+        self, agents: list[str], answered: dict[str, Answered] | None = None
+    ) -> dict[str, dict[str, Any]]:
         game = self.game
         state, task_id = game.state_key(), f"{game.deal}/{game.seed}"
         infos = {}
         for agent in agents:
             player = game.by_agent[agent]
             info: dict[str, Any] = {
-                "task_id": task_id, "instruction": self._instructions[agent],
-                "state_key": f"{agent}|{state}", "role": player.role, "team": player.team,
+                "task_id": task_id,
+                "instruction": self._instructions[agent],
+                "state_key": f"{agent}|{state}",
+                "role": player.role,
+                "team": player.team,
                 "action_required": agent in game.pending,
                 "admissible_actions": admissible_answers(game, agent),
-                "success": game.winner == player.team, "winner": game.winner,
+                "success": game.winner == player.team,
+                "winner": game.winner,
                 "werewolf": view(game, agent),
             }
             if answered and agent in answered:

@@ -82,8 +82,7 @@ def decide(view: dict[str, Any], rng: random.Random) -> str:
         return f"<bid>{_bid(view, read)}</bid>"
     if kind == "speech":
         return f"<speech>{_statement(view, read, rng)}</speech>"
-    target = {"attack": _attack, "protect": _protect, "check": _check,
-              "vote": _vote}[kind](view, read, rng)
+    target = {"attack": _attack, "protect": _protect, "check": _check, "vote": _vote}[kind](view, read, rng)
     tag = "vote" if kind == "vote" else "target"
     return f"<{tag}>{target or 'nobody'}</{tag}>"
 
@@ -99,8 +98,7 @@ class BotPolicy:
     def answer(self, request: GenerationRequest) -> str:
         view = request.info.get("werewolf")
         if view is None:
-            raise ValueError("BotPolicy plays Werewolf only: the request's info has no "
-                             "'werewolf' view")
+            raise ValueError("BotPolicy plays Werewolf only: the request's info has no 'werewolf' view")
         rng = self.rng if request.seed is None else random.Random(request.seed)
         return decide(view, rng)
 
@@ -194,8 +192,9 @@ def _vote(view: dict[str, Any], read: Claims, rng: random.Random) -> str | None:
         if wolf in options:
             return wolf
     trusted = set(read.seers[-1:])  # the latest seer claimant
-    return (_most(options, read.seer_attackers)
-            or _most([n for n in options if n not in trusted], read.suspicion, at_least=2))
+    return _most(options, read.seer_attackers) or _most(
+        [n for n in options if n not in trusted], read.suspicion, at_least=2
+    )
 
 
 def _most(names: list[str], counts: Counter[str], at_least: int = 1) -> str | None:

@@ -49,8 +49,19 @@ from agentgym.envs.werewolf.rules import (
     team_of,
 )
 
-__all__ = ["LETTERS", "Answered", "Event", "Game", "Pending", "Player", "agent_of", "article",
-           "draw_deal", "name_of", "parse_deal"]
+__all__ = [
+    "LETTERS",
+    "Answered",
+    "Event",
+    "Game",
+    "Pending",
+    "Player",
+    "agent_of",
+    "article",
+    "draw_deal",
+    "name_of",
+    "parse_deal",
+]
 
 LETTERS = {WEREWOLF: "W", SEER: "S", DOCTOR: "D", "villager": "V"}
 ROLE_OF_LETTER = {letter: role for role, letter in LETTERS.items()}
@@ -73,10 +84,13 @@ def parse_deal(deal: str, rules: Rules) -> str:
     ``rules``; raises ``ValueError``."""
     counts = Counter(ROLE_OF_LETTER.get(letter, "?") for letter in deal)
     if len(deal) != rules.num_players or counts != Counter(
-            {role: n for role, n in rules.role_counts().items() if n}):
-        raise ValueError(f"deal {deal!r} does not fit the rules: need {rules.num_players} letters "
-                         f"(W werewolf, S seer, D doctor, V villager) with counts "
-                         f"{rules.role_counts()}")
+        {role: n for role, n in rules.role_counts().items() if n}
+    ):
+        raise ValueError(
+            f"deal {deal!r} does not fit the rules: need {rules.num_players} letters "
+            f"(W werewolf, S seer, D doctor, V villager) with counts "
+            f"{rules.role_counts()}"
+        )
     return deal
 
 
@@ -160,8 +174,7 @@ class Game:
         self.rng = random.Random(seed)
         drawn = draw_deal(rules, self.rng)
         self.deal = drawn if deal is None else parse_deal(deal, rules)
-        self.players = [Player(seat, ROLE_OF_LETTER[letter]) for seat, letter in
-                        enumerate(self.deal)]
+        self.players = [Player(seat, ROLE_OF_LETTER[letter]) for seat, letter in enumerate(self.deal)]
         self._living = list(self.players)
         self.by_agent = {p.agent: p for p in self.players}
         self.by_name = {p.name: p for p in self.players}
@@ -226,8 +239,10 @@ class Game:
         checked, of werewolves in the game) for the seer."""
         out = {"vote_accuracy": list(self.vote_record[agent])}
         if self.by_agent[agent].role == SEER:
-            out["wolves_identified"] = [sum(r == WEREWOLF for r in self.checks.values()),
-                                        self.rules.werewolves]
+            out["wolves_identified"] = [
+                sum(r == WEREWOLF for r in self.checks.values()),
+                self.rules.werewolves,
+            ]
         return out
 
     # ------------------------------------------------------------------ answers
@@ -249,17 +264,22 @@ class Game:
 
     def _refuse(self, agent: str, pending: Pending, message: str, text: str) -> Answered:
         player = self.by_agent[agent]
-        self._event("refusal", f"{player.name}'s answer was refused: {message}", (),
-                    answer=text[:200], attempt=pending.attempts)
+        self._event(
+            "refusal",
+            f"{player.name}'s answer was refused: {message}",
+            (),
+            answer=text[:200],
+            attempt=pending.attempts,
+        )
         if pending.attempts < ATTEMPTS:
             pending.refusal = message
             return Answered(False, message)
         kind = pending.question.kind
         default = {"bid": 0}.get(kind)
-        consequence = {"bid": "your bid is 0", "speech": "you say nothing",
-                       "vote": "you abstain"}.get(kind, "you do nothing tonight")
-        self._event("default", f"{message} Your answer was refused twice: {consequence}.",
-                    (agent,))
+        consequence = {"bid": "your bid is 0", "speech": "you say nothing", "vote": "you abstain"}.get(
+            kind, "you do nothing tonight"
+        )
+        self._event("default", f"{message} Your answer was refused twice: {consequence}.", (agent,))
         self._apply(agent, kind, default)
         self._done(agent)
         return Answered(False, message)
@@ -271,17 +291,28 @@ class Game:
             night.wolf_votes[agent] = value
             if agent == night.lead:
                 night.proposal = value
-                text = (f"Night {self.day}: {player.name} proposes to attack {value}." if value
-                        else f"Night {self.day}: {player.name} makes no proposal.")
+                text = (
+                    f"Night {self.day}: {player.name} proposes to attack {value}."
+                    if value
+                    else f"Night {self.day}: {player.name} makes no proposal."
+                )
             else:
-                text = (f"Night {self.day}: {player.name} chooses {value}." if value
-                        else f"Night {self.day}: {player.name} chooses nobody.")
+                text = (
+                    f"Night {self.day}: {player.name} chooses {value}."
+                    if value
+                    else f"Night {self.day}: {player.name} chooses nobody."
+                )
             self._event("attack", text, wolves, actor=player.name, target=value)
         elif kind == "protect":
             night.protect = value
             if value:
-                self._event("protect", f"Night {self.day}: you protect {value}.", (agent,),
-                            actor=player.name, target=value)
+                self._event(
+                    "protect",
+                    f"Night {self.day}: you protect {value}.",
+                    (agent,),
+                    actor=player.name,
+                    target=value,
+                )
         elif kind == "check":
             night.check = value
         elif kind == "bid":
@@ -289,16 +320,13 @@ class Game:
             self._event("bid", f"{player.name} bids {value}.", (), actor=player.name, bid=value)
         elif kind == "speech":
             if value is None:
-                self._event("speech", f"{player.name} says nothing.", actor=player.name,
-                            speech=None)
+                self._event("speech", f"{player.name} says nothing.", actor=player.name, speech=None)
             else:
                 self.speeches.append((self.day, player.name, value))
-                self._event("speech", f'{player.name}: "{value}"', actor=player.name,
-                            speech=value)
+                self._event("speech", f'{player.name}: "{value}"', actor=player.name, speech=value)
         elif kind == "vote":
             self._votes[agent] = value
-            text = f"Day {self.day}: you vote for {value}." if value else \
-                f"Day {self.day}: you abstain."
+            text = f"Day {self.day}: you vote for {value}." if value else f"Day {self.day}: you abstain."
             self._event("vote", text, (agent,), actor=player.name, target=value)
             if value is not None:
                 correct = self.by_name[value].team != player.team
@@ -310,15 +338,19 @@ class Game:
     def _done(self, agent: str) -> None:
         del self.pending[agent]
         if not self.pending:
-            {"night": self._end_first_night_round, "wolves": self._dawn, "bid": self._end_bids,
-             "speech": self._end_speech, "vote": self._end_vote}[self.round]()
+            {
+                "night": self._end_first_night_round,
+                "wolves": self._dawn,
+                "bid": self._end_bids,
+                "speech": self._end_speech,
+                "vote": self._end_vote,
+            }[self.round]()
 
     # ------------------------------------------------------------------ rounds
 
     def _ask(self, round: str, questions: dict[str, Question]) -> None:
         self.round = round
-        self.pending = {p.agent: Pending(questions[p.agent]) for p in self.players
-                        if p.agent in questions}
+        self.pending = {p.agent: Pending(questions[p.agent]) for p in self.players if p.agent in questions}
 
     def _start_night(self) -> None:
         if self.day >= self.rules.max_days:
@@ -350,21 +382,33 @@ class Game:
         victim = self._most_voted(Counter(v for v in night.wolf_votes.values() if v))
         wolves = tuple(p.agent for p in self.living(WEREWOLF))
         if victim is not None:
-            self._event("attack", f"Night {self.day}: the werewolves attack {victim}.", wolves,
-                        target=victim, decided=True)
+            self._event(
+                "attack",
+                f"Night {self.day}: the werewolves attack {victim}.",
+                wolves,
+                target=victim,
+                decided=True,
+            )
         if night.check is not None:
             role = self.by_name[night.check].role
             self.checks[night.check] = role
             seer = tuple(p.agent for p in self.living(SEER))
-            self._event("check", f"Night {self.day}: you checked {night.check}: "
-                        f"{night.check} is {article(role)}.", seer, target=night.check, role=role)
+            self._event(
+                "check",
+                f"Night {self.day}: you checked {night.check}: {night.check} is {article(role)}.",
+                seer,
+                target=night.check,
+                role=role,
+            )
         self.phase = "day"
         if victim is not None and victim == night.protect:
-            self._event("dawn", f"Day {self.day} begins. The doctor saved the werewolves' "
-                        "victim: nobody died last night.", saved=victim)
+            self._event(
+                "dawn",
+                f"Day {self.day} begins. The doctor saved the werewolves' victim: nobody died last night.",
+                saved=victim,
+            )
         elif victim is not None:
-            self._kill(victim, f"Day {self.day} begins. {victim} was killed last night.",
-                       "dawn")
+            self._kill(victim, f"Day {self.day} begins. {victim} was killed last night.", "dawn")
         else:
             self._event("dawn", f"Day {self.day} begins. Nobody died last night.")
         if not self._game_decided():
@@ -418,12 +462,15 @@ class Game:
     def _end_vote(self) -> None:
         counts = Counter(v for v in self._votes.values() if v)
         abstained = sum(v is None for v in self._votes.values())
-        tally = ", ".join(f"{name} {n} vote{'s' * (n > 1)}" for name, n in
-                          sorted(counts.items(), key=lambda kv: (-kv[1], self.by_name[kv[0]].seat)))
-        self._event("tally", f"Day {self.day} vote: {tally or 'no votes'}"
-                    f"{f', {abstained} abstained' if abstained else ''}.",
-                    ballots={p.name: self._votes[p.agent] for p in self.players
-                             if p.agent in self._votes})
+        tally = ", ".join(
+            f"{name} {n} vote{'s' * (n > 1)}"
+            for name, n in sorted(counts.items(), key=lambda kv: (-kv[1], self.by_name[kv[0]].seat))
+        )
+        self._event(
+            "tally",
+            f"Day {self.day} vote: {tally or 'no votes'}{f', {abstained} abstained' if abstained else ''}.",
+            ballots={p.name: self._votes[p.agent] for p in self.players if p.agent in self._votes},
+        )
         exiled = self._exiled(counts)
         if exiled is None:
             self._event("exile", "Nobody is exiled.")
@@ -478,11 +525,12 @@ class Game:
     def _finish(self, winner: str | None) -> None:
         self.over, self.winner, self.truncated = True, winner, winner is None
         self.phase, self.round, self.pending = "end", "", {}
-        text = {VILLAGERS: "The villagers win: no werewolf is left.",
-                WEREWOLVES: "The werewolves win: they are as many as the other players.",
-                None: f"The game ends undecided after {self.day} days."}[winner]
-        self._event("end", text, winner=winner,
-                    roles={p.name: p.role for p in self.players})
+        text = {
+            VILLAGERS: "The villagers win: no werewolf is left.",
+            WEREWOLVES: "The werewolves win: they are as many as the other players.",
+            None: f"The game ends undecided after {self.day} days.",
+        }[winner]
+        self._event("end", text, winner=winner, roles={p.name: p.role for p in self.players})
 
     # ------------------------------------------------------------------ helpers
 
@@ -504,12 +552,11 @@ class Game:
             refused.append((p.name, reason))
         return Question(kind, tuple(options), tuple(refused))
 
-    def _event(self, kind: str, text: str, audience: tuple[str, ...] | None = None,
-               **data: Any) -> None:
+    def _event(self, kind: str, text: str, audience: tuple[str, ...] | None = None, **data: Any) -> None:
         event = Event(self.day, self.phase, kind, text, audience, data)
         self.events.append(event)
         self._digest.update(f"{kind}|{audience}|{text}\n".encode())
-        for agent in (self.lines if audience is None else audience):
+        for agent in self.lines if audience is None else audience:
             self.lines[agent].append(text)
 
 

@@ -28,12 +28,12 @@ class Observation(str):
     __slots__ = ()
     dtype = np.dtype(str)
 
+
 _PLURALS = {WEREWOLF: "werewolves", SEER: "seers", DOCTOR: "doctors", VILLAGER: "villagers"}
 _POWERS = {
     WEREWOLF: "Each night you and the other werewolves choose a player to kill; by day you hide "
-              "what you are.",
-    SEER: "Each night you learn the exact role of one player; you cannot check the same player "
-          "twice.",
+    "what you are.",
+    SEER: "Each night you learn the exact role of one player; you cannot check the same player twice.",
     DOCTOR: "Each night you protect one player from the werewolves.",
     VILLAGER: "You have no special power: find the werewolves by talking and voting.",
 }
@@ -41,14 +41,22 @@ _POWERS = {
 
 def instruction(rules: Rules, seat: int, role: str) -> str:
     """The rules as the player of ``seat`` should read them (the task of their episode)."""
-    counts = [f"{n} {role if n == 1 else _PLURALS[role]}"
-              for role, n in rules.role_counts().items() if n]
-    debate = ("before each statement everyone bids 0-4 for the word and the highest bid speaks"
-              if rules.speaking_order == "bid" else "players speak in seat order")
-    exile = ("a player is exiled by votes from more than half of the living players"
-             if rules.exile_rule == "majority" else "the player with most votes is exiled")
-    reveal = ("The role of a dead player is announced." if rules.reveal_role_on_death
-              else "Roles stay secret when players die.")
+    counts = [f"{n} {role if n == 1 else _PLURALS[role]}" for role, n in rules.role_counts().items() if n]
+    debate = (
+        "before each statement everyone bids 0-4 for the word and the highest bid speaks"
+        if rules.speaking_order == "bid"
+        else "players speak in seat order"
+    )
+    exile = (
+        "a player is exiled by votes from more than half of the living players"
+        if rules.exile_rule == "majority"
+        else "the player with most votes is exiled"
+    )
+    reveal = (
+        "The role of a dead player is announced."
+        if rules.reveal_role_on_death
+        else "Roles stay secret when players die."
+    )
     return (
         f"You are {name_of(seat)} in a game of Werewolf with {rules.num_players} players "
         f"(Player1 to Player{rules.num_players}): {_join(counts)}. Your role: {role}. "
@@ -67,15 +75,17 @@ def observation(game: Game, agent: str) -> Observation:
     """``agent``'s view of the game as text: who they are, what they know, the record lines
     addressed to them, and their question (or why they have none)."""
     me = game.by_agent[agent]
-    known = [f"{name} is {article(role)}" for name, role in game.known_roles(agent).items()
-             if name != me.name]
+    known = [
+        f"{name} is {article(role)}" for name, role in game.known_roles(agent).items() if name != me.name
+    ]
     dead = [p.name for p in game.players if not p.alive]
-    parts = [f"You are {me.name}, {article(me.role)}."
-             + (f" You know: {'; '.join(known)}." if known else ""),
-             f"Alive: {', '.join(p.name for p in game.living())}."
-             + (f" Dead: {', '.join(dead)}." if dead else ""),
-             "Game so far:\n- " + "\n- ".join(game.lines[agent]),
-             _prompt(game, agent)]
+    parts = [
+        f"You are {me.name}, {article(me.role)}." + (f" You know: {'; '.join(known)}." if known else ""),
+        f"Alive: {', '.join(p.name for p in game.living())}."
+        + (f" Dead: {', '.join(dead)}." if dead else ""),
+        "Game so far:\n- " + "\n- ".join(game.lines[agent]),
+        _prompt(game, agent),
+    ]
     return Observation("\n".join(parts))
 
 
@@ -90,21 +100,28 @@ def _prompt(game: Game, agent: str) -> str:
     question, day = pending.question, game.day
     options = ", ".join(question.options)
     asks = {
-        "attack": (f"Night {day}: choose tonight's victim. Answer <target>PlayerN</target> with "
-                   f"one of: {options}."),
-        "protect": (f"Night {day}: choose a player to protect tonight. Answer "
-                    f"<target>PlayerN</target> with one of: {options}."),
-        "check": (f"Night {day}: choose a player whose role you will learn. Answer "
-                  f"<target>PlayerN</target> with one of: {options}."),
-        "bid": (f"Day {day} debate: how much do you want to speak next? Answer <bid>0</bid> "
-                f"(stay quiet) to <bid>{MAX_BID}</bid> (you must speak)."),
-        "speech": (f"Day {day} debate: it is your turn to speak. Answer "
-                   "<speech>your statement</speech>."),
-        "vote": (f"Day {day} vote: vote to exile one of {options} with <vote>PlayerN</vote>, "
-                 "or abstain with <vote>nobody</vote>."),
+        "attack": (
+            f"Night {day}: choose tonight's victim. Answer <target>PlayerN</target> with one of: {options}."
+        ),
+        "protect": (
+            f"Night {day}: choose a player to protect tonight. Answer "
+            f"<target>PlayerN</target> with one of: {options}."
+        ),
+        "check": (
+            f"Night {day}: choose a player whose role you will learn. Answer "
+            f"<target>PlayerN</target> with one of: {options}."
+        ),
+        "bid": (
+            f"Day {day} debate: how much do you want to speak next? Answer <bid>0</bid> "
+            f"(stay quiet) to <bid>{MAX_BID}</bid> (you must speak)."
+        ),
+        "speech": (f"Day {day} debate: it is your turn to speak. Answer <speech>your statement</speech>."),
+        "vote": (
+            f"Day {day} vote: vote to exile one of {options} with <vote>PlayerN</vote>, "
+            "or abstain with <vote>nobody</vote>."
+        ),
     }
-    refusal = (f"Your last answer was refused: {pending.refusal} Answer again.\n"
-               if pending.refusal else "")
+    refusal = f"Your last answer was refused: {pending.refusal} Answer again.\n" if pending.refusal else ""
     return refusal + asks[question.kind]
 
 
@@ -120,7 +137,8 @@ def admissible_answers(game: Game, agent: str) -> list[str]:
     if question.kind == "speech":
         me = game.by_agent[agent].name
         return ["<speech>I have nothing to say yet.</speech>"] + [
-            f"<speech>I suspect {p.name}.</speech>" for p in game.living() if p.name != me]
+            f"<speech>I suspect {p.name}.</speech>" for p in game.living() if p.name != me
+        ]
     answers = [f"<{question.tag}>{name}</{question.tag}>" for name in question.options]
     return answers + (["<vote>nobody</vote>"] if question.kind == "vote" else [])
 
@@ -136,7 +154,10 @@ def view(game: Game, agent: str) -> dict[str, Any]:
     me = game.by_agent[agent]
     pending = game.pending.get(agent)
     out: dict[str, Any] = {
-        "you": me.name, "role": me.role, "day": game.day, "phase": game.phase,
+        "you": me.name,
+        "role": me.role,
+        "day": game.day,
+        "phase": game.phase,
         "question": pending.question.kind if pending else None,
         "options": list(pending.question.options) if pending else [],
         "alive": [p.name for p in game.living()],

@@ -23,19 +23,20 @@ __all__ = ["WerewolfParallelEnv"]
 class WerewolfParallelEnv(WerewolfBase, ParallelEnv):
     """Werewolf, a round at a time. Arguments: see :class:`~.base.WerewolfBase`."""
 
-    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, str], dict[str, dict[str, Any]]]:
         self._new_game(seed, options)
         return ({a: observation(self.game, a) for a in self.agents}, self._infos(self.agents))
 
     def step(self, actions: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         unknown = sorted(set(actions) - set(self.possible_agents))
         if unknown:
-            raise ValueError(f"actions for unknown agents {unknown}; agents are "
-                             f"{self.possible_agents}")
+            raise ValueError(f"actions for unknown agents {unknown}; agents are {self.possible_agents}")
         game, agents = self.game, list(self.agents)
-        answered = {agent: game.answer(agent, coerce_action(actions.get(agent, "")))
-                    for agent in list(game.pending)}
+        answered = {
+            agent: game.answer(agent, coerce_action(actions.get(agent, ""))) for agent in list(game.pending)
+        }
         observations = {a: observation(game, a) for a in agents}
         rewards = {a: 0.0 for a in agents}
         if game.over:

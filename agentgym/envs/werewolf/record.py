@@ -17,8 +17,7 @@ from agentgym.envs.werewolf.engine import Game, name_of
 __all__ = ["RECORD_FORMAT", "game_record", "to_html", "to_text"]
 
 RECORD_FORMAT = "agentgym/werewolf-record/1"
-_PHASE_TITLES = {"night": "Night {day}", "day": "Day {day}", "vote": "Vote, day {day}",
-                 "end": "End"}
+_PHASE_TITLES = {"night": "Night {day}", "day": "Day {day}", "vote": "Vote, day {day}", "end": "End"}
 
 
 def game_record(game: Game) -> dict[str, Any]:
@@ -34,16 +33,25 @@ def game_record(game: Game) -> dict[str, Any]:
         "seed": game.seed,
         "deal": game.deal,
         "rules": asdict(game.rules),
-        "players": [{"agent": p.agent, "name": p.name, "role": p.role, "team": p.team,
-                     "alive": p.alive} for p in game.players],
+        "players": [
+            {"agent": p.agent, "name": p.name, "role": p.role, "team": p.team, "alive": p.alive}
+            for p in game.players
+        ],
         "winner": game.winner,
         "over": game.over,
         "truncated": game.truncated,
         "days": game.day,
-        "events": [{"day": e.day, "phase": e.phase, "kind": e.kind, "text": e.text,
-                    "audience": None if e.audience is None
-                    else [name_of(seats[a]) for a in e.audience],
-                    "data": e.data} for e in game.events],
+        "events": [
+            {
+                "day": e.day,
+                "phase": e.phase,
+                "kind": e.kind,
+                "text": e.text,
+                "audience": None if e.audience is None else [name_of(seats[a]) for a in e.audience],
+                "data": e.data,
+            }
+            for e in game.events
+        ],
     }
 
 
@@ -77,8 +85,7 @@ def _outcome(record: dict[str, Any]) -> str:
 
 def to_text(record: dict[str, Any]) -> str:
     """The record as plain text, one event a line (the ``ansi`` render)."""
-    roles = ", ".join(f"{p['name']} {p['role']}{'' if p['alive'] else ' (dead)'}"
-                      for p in record["players"])
+    roles = ", ".join(f"{p['name']} {p['role']}{'' if p['alive'] else ' (dead)'}" for p in record["players"])
     lines = [f"Werewolf {record['task_id']}: {_outcome(record)}", f"Roles: {roles}"]
     for title, events in _sections(record):
         lines.append(f"== {title}")
@@ -111,7 +118,9 @@ def to_html(record: dict[str, Any]) -> str:
     rows = "".join(
         f'<tr class="{"" if p["alive"] else "dead"}"><td>{e(p["name"])}</td>'
         f'<td class="{e(p["team"])}">{e(p["role"])}</td><td>{e(p["team"])}</td>'
-        f'<td>{"alive" if p["alive"] else "dead"}</td></tr>' for p in record["players"])
+        f"<td>{'alive' if p['alive'] else 'dead'}</td></tr>"
+        for p in record["players"]
+    )
     sections = []
     for title, events in _sections(record):
         items = []
@@ -122,7 +131,7 @@ def to_html(record: dict[str, Any]) -> str:
         sections.append(f"<h2>{e(title)}</h2><ol>{''.join(items)}</ol>")
     rules = ", ".join(f"{k}={v}" for k, v in record["rules"].items())
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>Werewolf {e(record['task_id'])}</title><style>{_CSS}</style></head><body>"
         f"<h1>Werewolf: {e(_outcome(record))}</h1>"
         f"<p>Game {e(record['task_id'])} (deal/seed), {record['days']} day(s). "

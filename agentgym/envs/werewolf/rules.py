@@ -67,12 +67,12 @@ class Rules:
             value = getattr(self, f.name)
             expected = type(f.default)
             if type(value) is not expected:  # bool is not int, int is not bool
-                raise ValueError(f"werewolf rule {f.name} must be a {expected.__name__}, "
-                                 f"got {value!r}")
+                raise ValueError(f"werewolf rule {f.name} must be a {expected.__name__}, got {value!r}")
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
-                raise ValueError(f"werewolf rule {name} must be one of {list(choices)}, "
-                                 f"got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"werewolf rule {name} must be one of {list(choices)}, got {getattr(self, name)!r}"
+                )
         _check_range("num_players", self.num_players, 3, 20)
         _check_range("seers", self.seers, 0, 1)
         _check_range("doctors", self.doctors, 0, 1)
@@ -81,12 +81,16 @@ class Rules:
         _check_range("max_speech_chars", self.max_speech_chars, 1, 100_000)
         others = self.num_players - self.werewolves
         if not 1 <= self.werewolves < others:
-            raise ValueError(f"werewolf rules: need at least one werewolf and fewer werewolves "
-                             f"than other players, got {self.werewolves} of {self.num_players}")
+            raise ValueError(
+                f"werewolf rules: need at least one werewolf and fewer werewolves "
+                f"than other players, got {self.werewolves} of {self.num_players}"
+            )
         if self.seers + self.doctors > others:
-            raise ValueError(f"werewolf rules: {self.seers} seer(s) and {self.doctors} doctor(s) "
-                             f"do not fit beside {self.werewolves} werewolves in "
-                             f"{self.num_players} seats")
+            raise ValueError(
+                f"werewolf rules: {self.seers} seer(s) and {self.doctors} doctor(s) "
+                f"do not fit beside {self.werewolves} werewolves in "
+                f"{self.num_players} seats"
+            )
 
     @property
     def villagers(self) -> int:
@@ -94,8 +98,7 @@ class Rules:
 
     def role_counts(self) -> dict[str, int]:
         """Players per role, every role of :data:`ROLES` present (zeros included)."""
-        return {WEREWOLF: self.werewolves, SEER: self.seers, DOCTOR: self.doctors,
-                VILLAGER: self.villagers}
+        return {WEREWOLF: self.werewolves, SEER: self.seers, DOCTOR: self.doctors, VILLAGER: self.villagers}
 
     @classmethod
     def preset(cls, name: str = "arena", **overrides: Any) -> Rules:
@@ -106,8 +109,9 @@ class Rules:
         accepted = [f.name for f in fields(cls)]
         unknown = sorted(set(overrides) - set(accepted))
         if unknown:
-            raise TypeError(f"werewolf got unknown option(s) {unknown}; it accepts: preset, "
-                            f"{', '.join(accepted)}")
+            raise TypeError(
+                f"werewolf got unknown option(s) {unknown}; it accepts: preset, {', '.join(accepted)}"
+            )
         return replace(PRESETS[name], **overrides)
 
 

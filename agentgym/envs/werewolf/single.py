@@ -66,10 +66,18 @@ class WerewolfEnv(TextEnv):
     interruptible: ClassVar[bool] = True
     """Its async twins await the other seats' policies, so a rollout may time them out."""
 
-    def __init__(self, *, seat: str = "player_1", role: str | None = None,
-                 others: Policy | Mapping[str, Policy] | None = None, prompter: Any = None,
-                 sampling: SamplingParams | None = None, preset: str = "arena",
-                 render_mode: str | None = None, **options: Any):
+    def __init__(
+        self,
+        *,
+        seat: str = "player_1",
+        role: str | None = None,
+        others: Policy | Mapping[str, Policy] | None = None,
+        prompter: Any = None,
+        sampling: SamplingParams | None = None,
+        preset: str = "arena",
+        render_mode: str | None = None,
+        **options: Any,
+    ):
         super().__init__(render_mode)
         self.game_env = WerewolfParallelEnv(preset, **options)
         self.rules = self.game_env.rules
@@ -77,9 +85,11 @@ class WerewolfEnv(TextEnv):
         if seat not in agents:
             raise ValueError(f"seat must be one of {agents[0]} .. {agents[-1]}, got {seat!r}")
         if role is not None and not (role in ROLES and self.rules.role_counts()[role]):
-            raise ValueError(f"role must be a role of the game, one of "
-                             f"{[r for r, n in self.rules.role_counts().items() if n]}, "
-                             f"got {role!r}")
+            raise ValueError(
+                f"role must be a role of the game, one of "
+                f"{[r for r, n in self.rules.role_counts().items() if n]}, "
+                f"got {role!r}"
+            )
         self.seat, self.role = seat, role
         self.others = self._policies(others, [a for a in agents if a != seat])
         self.prompter = prompter or default_prompter(self.family)
@@ -91,8 +101,7 @@ class WerewolfEnv(TextEnv):
         self._infos: dict[str, dict[str, Any]] = {}
 
     @staticmethod
-    def _policies(others: Policy | Mapping[str, Policy] | None, seats: list[str]
-                  ) -> dict[str, Policy]:
+    def _policies(others: Policy | Mapping[str, Policy] | None, seats: list[str]) -> dict[str, Policy]:
         if not isinstance(others, Mapping):
             policy = others or BotPolicy()
             return {a: policy for a in seats}
@@ -104,15 +113,17 @@ class WerewolfEnv(TextEnv):
 
     # ------------------------------------------------------------------ Gymnasium API
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-              ) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         return asyncio.run(self.areset(seed=seed, options=options))
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         return asyncio.run(self.astep(action))
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
-                     ) -> tuple[str, dict[str, Any]]:
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         """Start a game. ``options`` may hold ``task_id`` (``"<deal>/<seed>"``); any other
         option raises ``ValueError``."""
         super().reset(seed=seed)
@@ -133,26 +144,34 @@ class WerewolfEnv(TextEnv):
         action = coerce_action(action)
         game = self.game_env.game
         if game.over:
-            return ("The game is over; call reset() to start a new one.", 0.0,
-                    not game.truncated, game.truncated,
-                    self._infos[self.seat] | {"action_valid": False})
+            return (
+                "The game is over; call reset() to start a new one.",
+                0.0,
+                not game.truncated,
+                game.truncated,
+                self._infos[self.seat] | {"action_valid": False},
+            )
         observations, rewards, *_, infos = await step_parallel(
-            self.game_env, self._seats, self._observations, self._infos, {self.seat: action})
+            self.game_env, self._seats, self._observations, self._infos, {self.seat: action}
+        )
         valid = infos[self.seat].get("action_valid", False)  # absent: dead, nothing asked
         self._observations, self._infos = observations, infos
         reward = rewards[self.seat] + await self._play_others()
         info = dict(self._infos[self.seat]) | {"action_valid": valid}
-        return (self._observations[self.seat], reward, game.over and not game.truncated,
-                game.truncated, info)
+        return (self._observations[self.seat], reward, game.over and not game.truncated, game.truncated, info)
 
     def _start(self, task_id: str) -> None:
         observations, infos = self.game_env.reset(options={"task_id": task_id})
         me = self.game_env.game.by_agent[self.seat]
         if self.role is not None and me.role != self.role:
-            raise ValueError(f"task_id {task_id!r} deals {self.seat} a {me.role}, but this env "
-                             f"plays a {self.role}")
-        self._seats = {agent: self._seat(agent, index) for index, agent in
-                       enumerate(self.game_env.possible_agents) if agent != self.seat}
+            raise ValueError(
+                f"task_id {task_id!r} deals {self.seat} a {me.role}, but this env plays a {self.role}"
+            )
+        self._seats = {
+            agent: self._seat(agent, index)
+            for index, agent in enumerate(self.game_env.possible_agents)
+            if agent != self.seat
+        }
         for agent, seat in self._seats.items():
             seat.start(infos[agent])
         self._observations, self._infos = observations, infos
@@ -172,10 +191,12 @@ class WerewolfEnv(TextEnv):
         reward = 0.0
         env = self.game_env
         me = env.game.by_agent[self.seat]
-        while (env.agents and not self._infos[self.seat]["action_required"]
-               and not (until_dead and not me.alive)):
+        while (
+            env.agents and not self._infos[self.seat]["action_required"] and not (until_dead and not me.alive)
+        ):
             observations, rewards, *_, infos = await step_parallel(
-                env, self._seats, self._observations, self._infos)
+                env, self._seats, self._observations, self._infos
+            )
             self._observations, self._infos = observations, infos
             reward += rewards.get(self.seat, 0.0)
         return reward
@@ -183,8 +204,14 @@ class WerewolfEnv(TextEnv):
     def _seat(self, agent: str, index: int) -> Seat:
         game = self.game_env.game
         policy = self.others[agent]
-        episode = Episode(episode_id=f"{agent}#{game.seed}", env_id="agentgym/Werewolf-v0",
-                          task_id="", group_id="", seed=game.seed, agent=agent)
+        episode = Episode(
+            episode_id=f"{agent}#{game.seed}",
+            env_id="agentgym/Werewolf-v0",
+            task_id="",
+            group_id="",
+            seed=game.seed,
+            agent=agent,
+        )
         return Seat(episode, self._batchers.submit(policy), self.prompter, self.sampling, index)
 
     def _deal(self, game_seed: int) -> str:

@@ -37,8 +37,20 @@ from support import unavailable
 
 pytestmark = pytest.mark.gui
 
-PROGRAMS = ("Xvfb", "openbox", "mousepad", "galculator", "soffice.bin", "oosplash", "thunar",
-            "xfconfd", "at-spi-bus-laun", "at-spi2-registr", "dbus-daemon", "xdotool")
+PROGRAMS = (
+    "Xvfb",
+    "openbox",
+    "mousepad",
+    "galculator",
+    "soffice.bin",
+    "oosplash",
+    "thunar",
+    "xfconfd",
+    "at-spi-bus-laun",
+    "at-spi2-registr",
+    "dbus-daemon",
+    "xdotool",
+)
 
 
 def _programs() -> set[int]:
@@ -78,8 +90,7 @@ def env() -> Iterator[DesktopEnv]:
     desktop.close()
 
 
-def play(env: Any, task_id: str, act: Any = expert_action, turns: int = 30
-         ) -> tuple[str, dict[str, Any]]:
+def play(env: Any, task_id: str, act: Any = expert_action, turns: int = 30) -> tuple[str, dict[str, Any]]:
     obs, info = env.reset(options={"task_id": task_id})
     for _ in range(turns):
         obs, _reward, terminated, truncated, info = env.step(act(obs, info))
@@ -114,8 +125,7 @@ def test_checkers_reject_near_misses_made_in_the_applications(env: DesktopEnv) -
     # the right text, never saved
     obs, info = env.reset(options={"task_id": "edit_text-0"})
     text = env.task.target["text"]
-    for action in (f"click({node(obs, 'text').id})", 'key("ctrl+a BackSpace")',
-                   f"type({text!r})"):
+    for action in (f"click({node(obs, 'text').id})", 'key("ctrl+a BackSpace")', f"type({text!r})"):
         obs, *_rest, info = env.step(action)
     assert node(obs, "text").text == text
     obs, reward, terminated, _, info = env.step("done()")
@@ -123,8 +133,7 @@ def test_checkers_reject_near_misses_made_in_the_applications(env: DesktopEnv) -
     # the wrong result, saved
     obs, info = env.reset(options={"task_id": "calc_paste-0"})
     wrong = str(int(env.task.target["text"]) + 1)
-    editor = next(n for n in parse_observation(obs) if n.role == "text" and
-                  "editable" in n.states)
+    editor = next(n for n in parse_observation(obs) if n.role == "text" and "editable" in n.states)
     for action in (f"click({editor.id})", f"type({wrong!r})", 'key("ctrl+s")'):
         obs, *_rest, info = env.step(action)
     obs, reward, *_rest, info = env.step("done()")
@@ -133,23 +142,60 @@ def test_checkers_reject_near_misses_made_in_the_applications(env: DesktopEnv) -
     obs, info = env.reset(options={"task_id": "sheet_total-1"})
     target = env.task.target
     name_box = next(n for n in parse_observation(obs) if n.role == "text" and n.text == "A1")
-    for action in (f"click({name_box.id})", f'type("{target["cell"]}\\n")',
-                   f'type("{target["total"]}\\n")', 'key("ctrl+s")', "wait()"):
+    for action in (
+        f"click({name_box.id})",
+        f'type("{target["cell"]}\\n")',
+        f'type("{target["total"]}\\n")',
+        'key("ctrl+s")',
+        "wait()",
+    ):
         obs, *_rest, info = env.step(action)
     obs, reward, *_rest, info = env.step("done()")
     assert reward == 0 and "holds no formula" in info["problems"][0]
 
 
-@pytest.mark.parametrize("task_id, names", [
-    ("edit_text-0", [("menu", "File"), ("menu", "Edit"), ("menu", "Search"), ("menu", "View"),
-                     ("menu", "Document"), ("menu", "Help")]),
-    ("calc_paste-0", [("toggle button", str(d)) for d in range(10)]
-     + [("toggle button", "="), ("toggle button", "AC"), ("menu", "Calculator")]),
-    ("sheet_edit-0", [("menu", "File"), ("menu", "Sheet"), ("menu", "Data"),
-                      ("page tab", "Sheet1"), ("table cell", "A1"), ("table cell", "B2")]),
-    ("move_file-0", [("menu", "File"), ("menu", "Go"), ("push button", "Home"),
-                     ("table column header", "Name"), ("table column header", "Size")]),
-])
+@pytest.mark.parametrize(
+    "task_id, names",
+    [
+        (
+            "edit_text-0",
+            [
+                ("menu", "File"),
+                ("menu", "Edit"),
+                ("menu", "Search"),
+                ("menu", "View"),
+                ("menu", "Document"),
+                ("menu", "Help"),
+            ],
+        ),
+        (
+            "calc_paste-0",
+            [("toggle button", str(d)) for d in range(10)]
+            + [("toggle button", "="), ("toggle button", "AC"), ("menu", "Calculator")],
+        ),
+        (
+            "sheet_edit-0",
+            [
+                ("menu", "File"),
+                ("menu", "Sheet"),
+                ("menu", "Data"),
+                ("page tab", "Sheet1"),
+                ("table cell", "A1"),
+                ("table cell", "B2"),
+            ],
+        ),
+        (
+            "move_file-0",
+            [
+                ("menu", "File"),
+                ("menu", "Go"),
+                ("push button", "Home"),
+                ("table column header", "Name"),
+                ("table column header", "Size"),
+            ],
+        ),
+    ],
+)
 def test_the_tree_lists_what_the_screenshot_shows(task_id: str, names: list) -> None:
     from PIL import Image, ImageStat
 
@@ -236,8 +282,9 @@ def test_bad_actions_are_answered_and_the_episode_goes_on(env: DesktopEnv) -> No
         env.step(3)  # type: ignore[arg-type]
 
 
-def test_a_desktop_that_fails_to_start_leaves_nothing(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_a_desktop_that_fails_to_start_leaves_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     started: list[subprocess.Popen[bytes]] = []
     real_popen, real_chown = subprocess.Popen, desktop_module._chown
@@ -261,8 +308,9 @@ def test_a_desktop_that_fails_to_start_leaves_nothing(monkeypatch: pytest.Monkey
 
 
 def _pids(name: str) -> list[int]:
-    return [int(p) for p in subprocess.run(["pgrep", "-x", name], capture_output=True,
-                                           text=True).stdout.split()]
+    return [
+        int(p) for p in subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout.split()
+    ]
 
 
 def test_a_crashed_application_is_reported(env: DesktopEnv) -> None:
@@ -297,8 +345,7 @@ def test_a_hung_application_does_not_hang_the_env(env: DesktopEnv) -> None:
     assert not set(pids) & set(_pids("galculator"))
 
 
-def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(
-        env: DesktopEnv) -> None:
+def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(env: DesktopEnv) -> None:
     obs, info = env.reset(options={"task_id": "edit_text-0"})
     old = env.desktop
     assert old is not None and old._proc is not None
@@ -311,12 +358,14 @@ def test_a_dead_desktop_ends_the_episode_and_the_next_reset_starts_a_new_one(
 
 
 def test_bad_arguments_raise() -> None:
-    cases: list[tuple[dict[str, Any], str]] = [({"tasks": "paint"}, "tasks must be"),
-                                               ({"split": "dev"}, "split must be"),
-                                               ({"max_turns": 0}, "max_turns"),
-                                               ({"screenshot": "jpeg"}, "screenshot must be"),
-                                               ({"settle_s": -1}, "settle_s must be"),
-                                               ({"width": 1024, "height": 768}, "at least 1280x800")]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"tasks": "paint"}, "tasks must be"),
+        ({"split": "dev"}, "split must be"),
+        ({"max_turns": 0}, "max_turns"),
+        ({"screenshot": "jpeg"}, "screenshot must be"),
+        ({"settle_s": -1}, "settle_s must be"),
+        ({"width": 1024, "height": 768}, "at least 1280x800"),
+    ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             DesktopEnv(**kwargs)
@@ -365,6 +414,10 @@ def gui_image(request: pytest.FixtureRequest) -> str:
     """The desktop's image, built (from the offline base) if it runs other sources."""
     from agentgym.sandbox import build_images, image_for
 
-    build_images(["gui"], base_image=request.getfixturevalue("base_image"),
-                 client=request.getfixturevalue("client"), stale_only=True)
+    build_images(
+        ["gui"],
+        base_image=request.getfixturevalue("base_image"),
+        client=request.getfixturevalue("client"),
+        stale_only=True,
+    )
     return image_for("agentgym/Desktop-v0")

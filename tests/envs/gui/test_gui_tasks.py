@@ -16,59 +16,65 @@ from agentgym.envs.gui.ods import cell_name, read_ods, sum_range, write_ods
 from agentgym.envs.gui.tasks import KEYFILE, KINDS, check, gui_tasks
 
 
-@pytest.mark.parametrize("text, verb, args", [
-    ("click(3)", "click", (3,)),
-    ("  click(640, 400) ", "click", (640, 400)),
-    ("double_click(7)", "double_click", (7,)),
-    ("right_click(1, 2)", "right_click", (1, 2)),
-    ("drag(1, 2, 3, 4)", "drag", (1, 2, 3, 4)),
-    ('type("a\\nb")', "type", ("a\nb",)),
-    ("key('ctrl+shift+s')", "key", ("ctrl+shift+s",)),
-    ('key("ctrl+a BackSpace")', "key", ("ctrl+a BackSpace",)),
-    ("scroll(0, -3)", "scroll", (0, -3)),
-    ("wait()", "wait", ()),
-    ("done()", "done", ()),
-])
+@pytest.mark.parametrize(
+    "text, verb, args",
+    [
+        ("click(3)", "click", (3,)),
+        ("  click(640, 400) ", "click", (640, 400)),
+        ("double_click(7)", "double_click", (7,)),
+        ("right_click(1, 2)", "right_click", (1, 2)),
+        ("drag(1, 2, 3, 4)", "drag", (1, 2, 3, 4)),
+        ('type("a\\nb")', "type", ("a\nb",)),
+        ("key('ctrl+shift+s')", "key", ("ctrl+shift+s",)),
+        ('key("ctrl+a BackSpace")', "key", ("ctrl+a BackSpace",)),
+        ("scroll(0, -3)", "scroll", (0, -3)),
+        ("wait()", "wait", ()),
+        ("done()", "done", ()),
+    ],
+)
 def test_actions_parse(text: str, verb: str, args: tuple) -> None:
     action = parse_action(text)
     assert (action.verb, action.args) == (verb, args)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("", "empty"),
-    ("click", "not a call"),
-    ("click(3", "not a call"),
-    ("os.system('x')", "not a call"),
-    ("__import__('os')", "unknown action"),
-    ("explode(1)", "unknown action"),
-    ("click(1, 2, 3)", r"click takes click\(id\) or click\(x, y\); got 3"),
-    ("click('3')", "must be an integer"),
-    ("click(True)", "must be an integer"),
-    ("click(1.5)", "must be an integer"),
-    ("type(3)", "must be a string"),
-    ("type(x)", "literal"),
-    ("click(id=3)", "not a call"),
-    ('key("ctrl+")', "not a key name"),
-    ('key("ctrl+shift+")', "not a key name"),
-    ('key("a;rm -rf")', "not a key name"),
-    ('key("")', "no key"),
-    ("type('" + "x" * 3000 + "')", "at most"),
-    ("\x00\xff" * 10, "not a call"),
-    # xdotool's key runs the rest of its arguments as a new command from a command name on
-    ('key("Return exec touch pwned")', "not a key name"),
-    ('key("Return EXEC sh")', "not a key name"),
-    ('key("ctrl+sleep")', "not a key name"),
-    ('key("' + "a " * 21 + '")', "at most 20"),
-    # deep or huge sources are refused, never a RecursionError or MemoryError out of step()
-    ("a" + ".a" * 100_000, "characters; at most"),
-    ("click(" + "-" * 3000 + "1)", "not a call|literal"),
-    ("click(1)" + "(1)" * 3000, "not a call"),
-    ("type(" + "(" * 3000 + "'x'" + ")" * 3000 + ")", "not a call|literal"),
-    # NUL and lone surrogates cannot reach xdotool's argv (they raised out of step())
-    ('type("a\\x00b")', "cannot be typed"),
-    ('type("\\ud800")', "cannot be typed"),
-    ('key("\\x1b")', "cannot be typed"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("", "empty"),
+        ("click", "not a call"),
+        ("click(3", "not a call"),
+        ("os.system('x')", "not a call"),
+        ("__import__('os')", "unknown action"),
+        ("explode(1)", "unknown action"),
+        ("click(1, 2, 3)", r"click takes click\(id\) or click\(x, y\); got 3"),
+        ("click('3')", "must be an integer"),
+        ("click(True)", "must be an integer"),
+        ("click(1.5)", "must be an integer"),
+        ("type(3)", "must be a string"),
+        ("type(x)", "literal"),
+        ("click(id=3)", "not a call"),
+        ('key("ctrl+")', "not a key name"),
+        ('key("ctrl+shift+")', "not a key name"),
+        ('key("a;rm -rf")', "not a key name"),
+        ('key("")', "no key"),
+        ("type('" + "x" * 3000 + "')", "at most"),
+        ("\x00\xff" * 10, "not a call"),
+        # xdotool's key runs the rest of its arguments as a new command from a command name on
+        ('key("Return exec touch pwned")', "not a key name"),
+        ('key("Return EXEC sh")', "not a key name"),
+        ('key("ctrl+sleep")', "not a key name"),
+        ('key("' + "a " * 21 + '")', "at most 20"),
+        # deep or huge sources are refused, never a RecursionError or MemoryError out of step()
+        ("a" + ".a" * 100_000, "characters; at most"),
+        ("click(" + "-" * 3000 + "1)", "not a call|literal"),
+        ("click(1)" + "(1)" * 3000, "not a call"),
+        ("type(" + "(" * 3000 + "'x'" + ")" * 3000 + ")", "not a call|literal"),
+        # NUL and lone surrogates cannot reach xdotool's argv (they raised out of step())
+        ('type("a\\x00b")', "cannot be typed"),
+        ('type("\\ud800")', "cannot be typed"),
+        ('key("\\x1b")', "cannot be typed"),
+    ],
+)
 def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
     with pytest.raises(ActionError, match=message):
         parse_action(text)
@@ -76,19 +82,23 @@ def test_bad_actions_say_what_is_wrong(text: str, message: str) -> None:
 
 def test_actions_become_xdotool_commands() -> None:
     assert xdotool_commands(parse_action("click(5)"), (10, 20)) == [
-        ["mousemove", "10", "20", "click", "--delay", "0", "1"]]
+        ["mousemove", "10", "20", "click", "--delay", "0", "1"]
+    ]
     # xdotool drops newlines: each line is typed, Return pressed between (a run of them by one
     # xdotool: 1,999 newlines took 51 s as one command each)
     assert xdotool_commands(parse_action('type("ab\\n\\ncd")'), None) == [
-        ["type", "--delay", "8", "--", "ab"], ["key", "--repeat", "2", "--delay", "8", "Return"],
-        ["type", "--delay", "8", "--", "cd"]]
+        ["type", "--delay", "8", "--", "ab"],
+        ["key", "--repeat", "2", "--delay", "8", "Return"],
+        ["type", "--delay", "8", "--", "cd"],
+    ]
     returns = xdotool_commands(parse_action('type("' + "\\n" * 1999 + '")'), None)
     assert [c[2] for c in returns] == ["250"] * 7 + ["249"]  # each well inside the timeout
     # "-x" is text, not an option of xdotool
     assert xdotool_commands(parse_action('type("-x")'), None)[0][-2:] == ["--", "-x"]
     assert xdotool_commands(parse_action("scroll(-2, 3)"), None) == [
         ["click", "--repeat", "3", "--delay", "10", "5"],
-        ["click", "--repeat", "2", "--delay", "10", "6"]]
+        ["click", "--repeat", "2", "--delay", "10", "6"],
+    ]
     assert xdotool_commands(parse_action("done()"), None) == []
     # a long line goes in chunks, each well inside the driver's timeout for one command
     text = "".join(chr(97 + i % 26) for i in range(1200))
@@ -98,12 +108,24 @@ def test_actions_become_xdotool_commands() -> None:
 
 def test_the_tree_renders_with_ids_and_parses_back() -> None:
     nodes = [
-        {"depth": 0, "role": "frame", "name": "notes.txt - Mousepad", "states": ["active"],
-         "box": [0, 0, 800, 600], "app": "mousepad"},
-        {"depth": 1, "role": "menu", "name": "File", "states": [], "box": [1, 20, 39, 25],
-         "app": "mousepad"},
-        {"depth": 1, "role": "text", "name": "", "states": ["focused", "editable"],
-         "box": [2, 48, 798, 550], "app": "mousepad", "text": 'say "hi"\nbye = yes'},
+        {
+            "depth": 0,
+            "role": "frame",
+            "name": "notes.txt - Mousepad",
+            "states": ["active"],
+            "box": [0, 0, 800, 600],
+            "app": "mousepad",
+        },
+        {"depth": 1, "role": "menu", "name": "File", "states": [], "box": [1, 20, 39, 25], "app": "mousepad"},
+        {
+            "depth": 1,
+            "role": "text",
+            "name": "",
+            "states": ["focused", "editable"],
+            "box": [2, 48, 798, 550],
+            "app": "mousepad",
+            "text": 'say "hi"\nbye = yes',
+        },
     ]
     text, boxes = render_tree(nodes)
     assert text.splitlines() == [
@@ -125,8 +147,12 @@ def test_ods_round_trip_and_cell_names() -> None:
     cells = read_ods(data)
     assert cells["A1"].text == "Item" and cells["A2"].text == "tea & cups"
     assert cells["B2"].value == 12 and cells["B3"].value == 3.5 and "A3" not in cells
-    assert [cell_name(0, 0), cell_name(9, 25), cell_name(0, 26), cell_name(1, 701)] == \
-        ["A1", "Z10", "AA1", "ZZ2"]
+    assert [cell_name(0, 0), cell_name(9, 25), cell_name(0, 26), cell_name(1, 701)] == [
+        "A1",
+        "Z10",
+        "AA1",
+        "ZZ2",
+    ]
     assert sum_range("of:=SUM([.B2:.B6])") == ("B2", "B6")
     assert sum_range("of:=B2+B3") is None
     assert sum_range("of:=SUM([.$B$2:.B$6])") == ("B2", "B6")  # absolute references
@@ -203,8 +229,8 @@ def test_sheet_checkers_want_the_formula_the_value_and_nothing_else(tmp_path: Pa
             with zipfile.ZipFile(io.BytesIO(data)) as archive:
                 content = archive.read("content.xml").replace(
                     b'office:value="%d"><text:p>%d<' % (value, value),
-                    b'table:formula="%s" office:value="%d"><text:p>%d<'
-                    % (formula.encode(), value, value))
+                    b'table:formula="%s" office:value="%d"><text:p>%d<' % (formula.encode(), value, value),
+                )
             out = io.BytesIO()
             with zipfile.ZipFile(out, "w") as archive:
                 archive.writestr("content.xml", content)
@@ -240,7 +266,7 @@ def test_file_checkers_want_the_moves_and_plain_files_only(tmp_path: Path) -> No
     for task_id in ("rename_file-0", "move_file-0"):
         task = _task(task_id)
         home = _home(tmp_path / task_id, task)
-        (old, new), = task.target["moves"].items()
+        ((old, new),) = task.target["moves"].items()
         assert "missing" in " ".join(check(task, home).problems)  # nothing done yet
         (home / new).parent.mkdir(exist_ok=True)
         (home / old).rename(home / new)

@@ -35,8 +35,9 @@ def world_index(world, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def small_index(tmp_path_factory):
-    return BM25Index.build(read_passages(SEARCH_FIXTURES / "passages.jsonl"),
-                           tmp_path_factory.mktemp("small") / "index")
+    return BM25Index.build(
+        read_passages(SEARCH_FIXTURES / "passages.jsonl"), tmp_path_factory.mktemp("small") / "index"
+    )
 
 
 @pytest.fixture
@@ -48,18 +49,21 @@ def cache(tmp_path, monkeypatch):
 # --- rewards ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("prediction, golds, em", [
-    ("The Amber Loom", ["Amber Loom"], 1.0),          # articles
-    ("amber loom.", ["The Amber Loom"], 1.0),          # punctuation and case
-    ("  AMBER   LOOM ", ["amber loom"], 1.0),          # whitespace
-    ("an apple", ["Apple"], 1.0),
-    ("Quillmoor", ["Varen", "quillmoor!"], 1.0),       # any of several gold answers
-    ("1873", ["1873"], 1.0),
-    ("１８７３", ["1873"], 1.0),                        # full-width digits (NFKC)
-    ("Amber", ["The Amber Loom"], 0.0),
-    ("", ["x"], 0.0),
-    ("theater", ["the ater"], 0.0),                     # 'the' only as a whole word
-])
+@pytest.mark.parametrize(
+    "prediction, golds, em",
+    [
+        ("The Amber Loom", ["Amber Loom"], 1.0),  # articles
+        ("amber loom.", ["The Amber Loom"], 1.0),  # punctuation and case
+        ("  AMBER   LOOM ", ["amber loom"], 1.0),  # whitespace
+        ("an apple", ["Apple"], 1.0),
+        ("Quillmoor", ["Varen", "quillmoor!"], 1.0),  # any of several gold answers
+        ("1873", ["1873"], 1.0),
+        ("１８７３", ["1873"], 1.0),  # full-width digits (NFKC)
+        ("Amber", ["The Amber Loom"], 0.0),
+        ("", ["x"], 0.0),
+        ("theater", ["the ater"], 0.0),  # 'the' only as a whole word
+    ],
+)
 def test_exact_match_normalization(prediction, golds, em):
     assert exact_match(prediction, golds) == em
 
@@ -126,7 +130,8 @@ def test_search_ranks_and_handles_odd_queries(small_index):
     assert hits[0].id == "d3" and hits[0].title == "Mount Kestrin"
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     empty, stop_words, other_script, unknown = small_index.search(
-        ["", "the of and", "Озеро Орвел 湖", "zzzqqq"], k=3)
+        ["", "the of and", "Озеро Орвел 湖", "zzzqqq"], k=3
+    )
     assert empty == stop_words == other_script == unknown == []
     with pytest.raises(ValueError, match=f"limit is {MAX_QUERY_CHARS}"):
         small_index.search([HUGE_QUERY])
@@ -177,9 +182,20 @@ def test_index_command(tmp_path):
 
 
 def _start_service(index_dir: Path, ready: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, "-m", "agentgym.envs.search.service", str(index_dir),
-                             "--port", "0", "--ready-file", str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentgym.envs.search.service",
+            str(index_dir),
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     line = proc.stdout.readline().decode()
     assert "ready" in line, proc.stderr.read().decode() if proc.poll() is not None else line
@@ -218,8 +234,16 @@ def test_service_in_a_sandbox(small_index):
         for f in small_index.path.rglob("*"):
             if f.is_file():
                 sb.write_file(f"index/{f.relative_to(small_index.path)}", f.read_bytes())
-        proc = sb.spawn([python_in(sb), "-m", "agentgym.envs.search.service", "index",
-                         "--uds", sb.socket_path("retrieve")])
+        proc = sb.spawn(
+            [
+                python_in(sb),
+                "-m",
+                "agentgym.envs.search.service",
+                "index",
+                "--uds",
+                sb.socket_path("retrieve"),
+            ]
+        )
         sb.wait_for_endpoint("retrieve", timeout_s=60, process=proc)
         queries = ["Mount Kestrin climbed", "river into the lake", "Ada Wren"]
         with RetrieverClient(sb.endpoint("retrieve")) as client:
@@ -251,18 +275,22 @@ def test_an_episode_from_question_to_answer(cache, world):
         assert obs.startswith("<information>Doc 1 (Title: ")
     assert info["supporting_found"] == 1.0 and info["state_key"] != key0
     obs, reward, terminated, _truncated, info = env.step(
-        f"I know it. <answer>{question.answers[0].upper()}.</answer>")
+        f"I know it. <answer>{question.answers[0].upper()}.</answer>"
+    )
     assert terminated and reward == 1.0 and info["success"] and info["em"] == info["f1"] == 1.0
     assert len(list(cache.glob("search/world-0-*/index.json"))) == 1  # built once, cached
 
 
-@pytest.mark.parametrize("reply, why", [
-    ("<search>a</search> <answer>b</answer>", "not both"),
-    ("I think it is Quillmoor.", "No action found"),
-    ("<search>   </search>", "query is empty"),
-    ("<answer></answer>", "answer is empty"),
-    (f"<search>{HUGE_QUERY}</search>", f"limit is {MAX_QUERY_CHARS}"),
-])
+@pytest.mark.parametrize(
+    "reply, why",
+    [
+        ("<search>a</search> <answer>b</answer>", "not both"),
+        ("I think it is Quillmoor.", "No action found"),
+        ("<search>   </search>", "query is empty"),
+        ("<answer></answer>", "answer is empty"),
+        (f"<search>{HUGE_QUERY}</search>", f"limit is {MAX_QUERY_CHARS}"),
+    ],
+)
 def test_bad_replies_are_answered_with_a_penalty(cache, reply, why):
     env = agentgym.make("agentgym/SearchQA-v0", format_penalty=0.25, max_turns=2)
     env.reset(seed=0)
@@ -282,8 +310,9 @@ def test_queries_in_other_scripts_find_nothing_but_are_valid(cache):
 def test_own_data_by_index_corpus_or_service(cache, small_index, tmp_path):
     qs = str(SEARCH_FIXTURES / "questions.jsonl")
     by_index = agentgym.make("agentgym/SearchQA-v0", questions=qs, index=str(small_index.path))
-    by_corpus = agentgym.make("agentgym/SearchQA-v0", questions=qs,
-                              corpus=str(SEARCH_FIXTURES / "passages.jsonl"))
+    by_corpus = agentgym.make(
+        "agentgym/SearchQA-v0", questions=qs, corpus=str(SEARCH_FIXTURES / "passages.jsonl")
+    )
     for env in (by_index, by_corpus):
         obs, info = env.reset(options={"task_id": "nq_2"})
         obs, *_ = env.step("<search>first climbed Mount Kestrin</search>")
@@ -291,8 +320,9 @@ def test_own_data_by_index_corpus_or_service(cache, small_index, tmp_path):
         obs, reward, terminated, _, info = env.step("<answer>ada wren</answer>")
         assert reward == 1.0 and terminated and info["task_type"] == "qa-1hop"
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        agentgym.make("agentgym/SearchQA-v0", questions=str(tmp_path / "missing.jsonl"),
-                      index=str(small_index.path))
+        agentgym.make(
+            "agentgym/SearchQA-v0", questions=str(tmp_path / "missing.jsonl"), index=str(small_index.path)
+        )
     with pytest.raises(FileNotFoundError, match="no corpus file .*nope.jsonl"):
         agentgym.make("agentgym/SearchQA-v0", questions=qs, corpus=str(tmp_path / "nope.jsonl"))
     with pytest.raises(FileNotFoundError, match="no index directory at .*noindex"):

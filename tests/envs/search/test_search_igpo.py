@@ -21,8 +21,9 @@ from agentgym.trainers.info_gain import answer_scores
 pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test command and CI
 
 QUESTIONS = 12  # the fixed set: the first bridge questions of the dev split
-WORDS = ("apple window river music green table cloud seven paper garden silver morning "
-         "stone bridge yellow letter").split()
+WORDS = (
+    "apple window river music green table cloud seven paper garden silver morning stone bridge yellow letter"
+).split()
 
 
 def play(env, question, queries: list[str], answer: str) -> Episode:
@@ -31,13 +32,27 @@ def play(env, question, queries: list[str], answer: str) -> Episode:
     turns = []
     for reply in [f"<search>{q}</search>" for q in queries] + [f"<answer>{answer}</answer>"]:
         next_obs, reward, _terminated, _truncated, next_info = env.step(reply)
-        turns.append(Turn(observation=obs, action=reply, action_valid=next_info["action_valid"],
-                          reward=reward, response_text=reply,
-                          info={"supporting_found": next_info["supporting_found"]}))
+        turns.append(
+            Turn(
+                observation=obs,
+                action=reply,
+                action_valid=next_info["action_valid"],
+                reward=reward,
+                response_text=reply,
+                info={"supporting_found": next_info["supporting_found"]},
+            )
+        )
         obs = next_obs
-    return Episode(episode_id=question.id, env_id="agentgym/SearchQA-v0", task_id=question.id,
-                   group_id=question.id, seed=0, instruction=info["instruction"], turns=turns,
-                   ground_truth=info["ground_truth"])
+    return Episode(
+        episode_id=question.id,
+        env_id="agentgym/SearchQA-v0",
+        task_id=question.id,
+        group_id=question.id,
+        seed=0,
+        instruction=info["instruction"],
+        turns=turns,
+        ground_truth=info["ground_truth"],
+    )
 
 
 def test_information_gain_rewards_retrieving_supporting_passages():
@@ -46,17 +61,22 @@ def test_information_gain_rewards_retrieving_supporting_passages():
     env = agentgym.make("agentgym/SearchQA-v0", split="dev", top_k=3)
     rng = np.random.default_rng(0)
     gold = [play(env, q, list(q.hop_queries), q.answers[0]) for q in questions]
-    random = [play(env, q, [" ".join(rng.choice(WORDS, 3)) for _ in range(q.hops)],
-                   q.answers[0]) for q in questions]
-    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m"),
-                                                 dtype=torch.float32).eval()
+    random = [
+        play(env, q, [" ".join(rng.choice(WORDS, 3)) for _ in range(q.hops)], q.answers[0]) for q in questions
+    ]
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("smollm2-135m"), dtype=torch.float32).eval()
     tokenizer, prompter = load_tokenizer("smollm2-135m"), Prompter(family="search")
 
     def gains(episodes: list[Episode]) -> tuple[np.ndarray, np.ndarray]:
         """Information gain of every search turn, and whether it found a supporting passage."""
-        scores, initial = answer_scores(model, tokenizer, prompter, episodes,
-                                        [str(e.ground_truth) for e in episodes],
-                                        template=prompter.answer_template)
+        scores, initial = answer_scores(
+            model,
+            tokenizer,
+            prompter,
+            episodes,
+            [str(e.ground_truth) for e in episodes],
+            template=prompter.answer_template,
+        )
         table = TurnTable.from_episodes(episodes)
         search = table.turn < table.episode_length[table.episode] - 1
         found = np.array([t.info["supporting_found"] for e in episodes for t in e.turns])
@@ -67,8 +87,10 @@ def test_information_gain_rewards_retrieving_supporting_passages():
     random_gain, random_found = gains(random)
     supporting = gold_gain[gold_found]
     unsupported = random_gain[~random_found]
-    print(f"\nsupporting {supporting.mean():.3f} nats ({len(supporting)}), unsupported "
-          f"{unsupported.mean():.3f} ({len(unsupported)} of {len(random_gain)})")
+    print(
+        f"\nsupporting {supporting.mean():.3f} nats ({len(supporting)}), unsupported "
+        f"{unsupported.mean():.3f} ({len(unsupported)} of {len(random_gain)})"
+    )
     # measured (seed 0, 12 questions): supporting 1.03 nats, random words -0.02
     assert gold_found.mean() > 0.9 and len(unsupported) > 0.8 * len(random_gain)
     assert supporting.mean() > 0.5, supporting
@@ -80,11 +102,28 @@ def test_agentgym_train_estimator_igpo_on_search_with_a_grpo_comparison(tmp_path
     from agentgym.cli import main
 
     out = tmp_path / "igpo"
-    assert main(["train", "estimator=igpo", "env=agentgym/SearchQA-v0", "prompt=search",
-                 "compare_with=grpo", "steps=2", "tasks_per_step=2", "group_size=2",
-                 "max_turns=2", "sampling.max_tokens=16", "eval_every=2", "eval_tasks=2",
-                 "+eval_env_kwargs.split=dev", "learner.micro_batch_tokens=8192",
-                 f"out_dir={out}"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "estimator=igpo",
+                "env=agentgym/SearchQA-v0",
+                "prompt=search",
+                "compare_with=grpo",
+                "steps=2",
+                "tasks_per_step=2",
+                "group_size=2",
+                "max_turns=2",
+                "sampling.max_tokens=16",
+                "eval_every=2",
+                "eval_tasks=2",
+                "+eval_env_kwargs.split=dev",
+                "learner.micro_batch_tokens=8192",
+                f"out_dir={out}",
+            ]
+        )
+        == 0
+    )
     records = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if r["step"] >= 0]
     assert len(steps) == 2 and all("ig/mean" in r and "ig/turn_1" in r for r in steps)

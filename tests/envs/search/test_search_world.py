@@ -50,8 +50,12 @@ def test_same_seed_same_world_other_seed_other_names(world: World) -> None:
 def test_sizes_and_unique_ids_and_titles(world: World) -> None:
     assert 3000 <= len(world.passages) <= 5000
     assert len(world.questions) >= 1500
-    for items in ([p.id for p in world.passages], [p.title for p in world.passages],
-                  [q.id for q in world.questions], [q.question for q in world.questions]):
+    for items in (
+        [p.id for p in world.passages],
+        [p.title for p in world.passages],
+        [q.id for q in world.questions],
+        [q.question for q in world.questions],
+    ):
         assert len(set(items)) == len(items)
 
 
@@ -99,8 +103,7 @@ def test_every_bridge_fact_is_stated(world: World, by_id: dict[str, Passage]) ->
             assert q.answers[0].lower() not in q.question.lower(), q
 
 
-def test_every_comparison_is_decided_by_stated_years(world: World,
-                                                     by_id: dict[str, Passage]) -> None:
+def test_every_comparison_is_decided_by_stated_years(world: World, by_id: dict[str, Passage]) -> None:
     entities = entity_titles(world)
     for p in world.passages:  # an entity passage states one year, its own (none for a country)
         if p.title in entities:
@@ -113,8 +116,9 @@ def test_every_comparison_is_decided_by_stated_years(world: World,
         later = any(word in q.question for word in ("later", "younger", "more recent"))
         winner = a if (int(ya) > int(yb)) == later else b
         assert q.answers[0] == winner.title, q
-    assert Counter(q.answers[0] == by_id[q.supporting[0]].title
-                   for q in comparisons if q.hops == 2).keys() == {True, False}
+    assert Counter(
+        q.answers[0] == by_id[q.supporting[0]].title for q in comparisons if q.hops == 2
+    ).keys() == {True, False}
 
 
 def test_aliases_are_safe(world: World) -> None:
@@ -128,7 +132,7 @@ def test_iter_passages_streams_exactly_n_unique_passages(world: World) -> None:
     passages = list(iter_passages(0, 5000))
     assert len(passages) == 5000
     assert len({p.id for p in passages}) == 5000
-    assert passages[:len(world.passages)] == world.passages
+    assert passages[: len(world.passages)] == world.passages
     assert list(iter_passages(0, 0)) == []
     with pytest.raises(ValueError):
         iter_passages(0, -1)
@@ -145,12 +149,13 @@ def test_hop_queries_find_supporting_passages_with_bm25(world: World) -> None:
     bm25s = pytest.importorskip("bm25s")
     texts = [p.title + " " + p.text for p in world.passages]
     retriever = bm25s.BM25()
-    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False),
-                    show_progress=False)
+    retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
     hops = [(q.hop_queries[i], q.supporting[i]) for q in world.questions for i in range(q.hops)]
     docs, _ = retriever.retrieve(
         bm25s.tokenize([query for query, _ in hops], stopwords="en", show_progress=False),
-        k=10, show_progress=False)
+        k=10,
+        show_progress=False,
+    )
     ids = [p.id for p in world.passages]
     found = sum(gold in {ids[d] for d in row} for (_, gold), row in zip(hops, docs, strict=True))
     assert found / len(hops) >= 0.95

@@ -17,8 +17,15 @@ from agentgym.envs.textgames.household import TASK_TYPES, HouseholdEnv, generate
 from support import run_python
 
 ROOMS = {"kitchen", "living room", "bedroom", "bathroom"}
-BAD_ACTIONS = ["", "   \t\n", "x" * 100_000, "\x00\xff\ufffd", "🦜 ünïcødé 漢字",
-               "<action>look</action>", "put " + "mug 1 in " * 10_000]
+BAD_ACTIONS = [
+    "",
+    "   \t\n",
+    "x" * 100_000,
+    "\x00\xff\ufffd",
+    "🦜 ünïcødé 漢字",
+    "<action>look</action>",
+    "put " + "mug 1 in " * 10_000,
+]
 
 
 def _play(env: HouseholdEnv, task_id: str, actions: list[str]) -> tuple[str, dict]:
@@ -85,8 +92,7 @@ def _find_layout(task_type: str = "pick_and_place") -> tuple[str, str, str, str,
     for seed in range(200):
         task_id = f"{task_type}/{seed}"
         _, info = env.reset(options={"task_id": task_id})
-        here = [a[6:] for a in info["admissible_actions"] if a.startswith("go to ")
-                and a[6:] not in ROOMS]
+        here = [a[6:] for a in info["admissible_actions"] if a.startswith("go to ") and a[6:] not in ROOMS]
         takes, openables = {}, []
         for receptacle in here:
             _, info = _play(env, task_id, [f"go to {receptacle}"])
@@ -115,10 +121,20 @@ def test_state_key_separates_hidden_state_and_merges_equal_states():
     for info in (plain, held, opened):
         assert info["state_key"].startswith(task_id + "|")
     # The same state reached along different paths has the same key.
-    item = take.split(" from ")[0][len("take "):]
-    _, detour = _play(env, task_id, [f"go to {box}", f"open {box}", f"close {box}",
-                                     f"go to {source}", take, f"put {item} in/on {source}",
-                                     f"go to {dest}"])
+    item = take.split(" from ")[0][len("take ") :]
+    _, detour = _play(
+        env,
+        task_id,
+        [
+            f"go to {box}",
+            f"open {box}",
+            f"close {box}",
+            f"go to {source}",
+            take,
+            f"put {item} in/on {source}",
+            f"go to {dest}",
+        ],
+    )
     assert detour["state_key"] == plain["state_key"]
     _, start = env.reset(options={"task_id": task_id})
     _, back = _play(env, task_id, ["look", "inventory"])
@@ -128,7 +144,7 @@ def test_state_key_separates_hidden_state_and_merges_equal_states():
 def test_put_accepts_in_on_and_literal_in_on():
     env = HouseholdEnv()
     task_id, source, take, _, _ = _find_layout()
-    item = take.split(" from ")[0][len("take "):]
+    item = take.split(" from ")[0][len("take ") :]
     for preposition in ("in", "on", "in/on"):
         _, info = _play(env, task_id, [f"go to {source}", take])
         obs, _, _, _, info = env.step(f"Put {item} {preposition} {source}.")
@@ -208,8 +224,10 @@ def test_bad_kwargs(kwargs, message):
         HouseholdEnv().reset(options={"task": "pick_and_place/1"})
 
 
-@pytest.mark.parametrize("task_id", ["pick_and_place", "pick_and_place/-1", "nope/3",
-                                     "pick_and_place/abc", "pick_and_place/007", 17])
+@pytest.mark.parametrize(
+    "task_id",
+    ["pick_and_place", "pick_and_place/-1", "nope/3", "pick_and_place/abc", "pick_and_place/007", 17],
+)
 def test_malformed_task_id(task_id):
     env = HouseholdEnv()
     with pytest.raises(ValueError, match="malformed task_id.*'<task type>/<world seed>'"):
@@ -260,4 +278,3 @@ def test_random_rollouts_keep_invariants():
             assert "carrying" in env.render()
             if terminated or truncated:
                 break
-

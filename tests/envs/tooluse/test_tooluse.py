@@ -86,14 +86,17 @@ def test_a_collateral_change_fails_the_app_task(apps_env):
     assert any(notes[0] in problem for problem in info["problems"]), info["problems"]
 
 
-@pytest.mark.parametrize("reply, says", [
-    ("<tool_call>{not json}</tool_call>", "not valid JSON"),
-    (call("python", code=3), "argument 'code': 3 is not of type 'string'"),
-    (call("python"), "'code' is a required property"),
-    (call("python", code="print(1)", timeout_s=100000), "argument 'timeout_s'"),
-    (call("rm_rf", path="/"), "Unknown tool 'rm_rf'"),
-    ("no action here", "No action found"),
-])
+@pytest.mark.parametrize(
+    "reply, says",
+    [
+        ("<tool_call>{not json}</tool_call>", "not valid JSON"),
+        (call("python", code=3), "argument 'code': 3 is not of type 'string'"),
+        (call("python"), "'code' is a required property"),
+        (call("python", code="print(1)", timeout_s=100000), "argument 'timeout_s'"),
+        (call("rm_rf", path="/"), "Unknown tool 'rm_rf'"),
+        ("no action here", "No action found"),
+    ],
+)
 def test_bad_calls_are_answered_and_the_episode_goes_on(data_env, reply, says):
     data_env.reset(seed=0)
     obs, reward, terminated, truncated, info = data_env.step(reply)
@@ -116,7 +119,8 @@ def test_huge_and_binary_output_is_capped_and_readable(data_env):
 def test_a_hang_is_killed_and_the_episode_goes_on(data_env):
     data_env.reset(seed=0)
     obs, _reward, terminated, truncated, _info = data_env.step(
-        call("python", code="while True: pass", timeout_s=1))
+        call("python", code="while True: pass", timeout_s=1)
+    )
     assert "killed after 1 s (timeout)" in obs and not terminated and not truncated
     obs, *_ = data_env.step(call("bash", command="echo still here"))
     assert "still here" in obs
@@ -144,8 +148,13 @@ def test_one_episode_cannot_read_another_tasks_files():
         a.step(call("write_file", path="secret.txt", content="a's secret"))
         b.reset(seed=1)
         where = a.sandbox.host_dir if a.sandbox is not None else None
-        obs, *_ = b.step(call("bash", command=f"cat {where}/*/secret.txt /sandbox/../*/secret.txt; "
-                                              "find / -name secret.txt 2>/dev/null | head"))
+        obs, *_ = b.step(
+            call(
+                "bash",
+                command=f"cat {where}/*/secret.txt /sandbox/../*/secret.txt; "
+                "find / -name secret.txt 2>/dev/null | head",
+            )
+        )
         assert "a's secret" not in obs
     finally:
         a.close()

@@ -34,8 +34,16 @@ from agentgym.envs.tooluse.apps import APIS, AppError, call, empty_state, new_id
 from agentgym.envs.tooluse.protocol import Tool
 
 ANSWER_KINDS = {"sender_phone", "meeting_time", "count_meetings"}
-READ_ONLY = {"contacts_search", "contacts_get", "calendar_list_events", "calendar_search_events",
-             "calendar_get_event", "email_search", "email_read", "notes_list"}
+READ_ONLY = {
+    "contacts_search",
+    "contacts_get",
+    "calendar_list_events",
+    "calendar_search_events",
+    "calendar_get_event",
+    "email_search",
+    "email_read",
+    "notes_list",
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,17 +55,36 @@ def tasks() -> list[AppTask]:
 def state() -> dict[str, Any]:
     """A small world: two contacts, an event, a note, a received and a sent message."""
     s = empty_state("2025-03-12", "Alex Morgan", "alex.morgan@example.com")
-    call(s, "contacts_create", {"name": "Dana Whitfield", "email": "dana@brightlane.io",
-                                "phone": "(415) 555-0134"})
+    call(
+        s,
+        "contacts_create",
+        {"name": "Dana Whitfield", "email": "dana@brightlane.io", "phone": "(415) 555-0134"},
+    )
     call(s, "contacts_create", {"name": "Omar Okafor", "email": "omar@mossgate.co"})
-    call(s, "calendar_create_event", {"title": "Design review", "start": "2025-03-13T10:00",
-                                      "end": "2025-03-13T11:00", "attendees": ["con-0001"],
-                                      "location": "Room 4B"})
+    call(
+        s,
+        "calendar_create_event",
+        {
+            "title": "Design review",
+            "start": "2025-03-13T10:00",
+            "end": "2025-03-13T11:00",
+            "attendees": ["con-0001"],
+            "location": "Room 4B",
+        },
+    )
     call(s, "notes_create", {"title": "Ideas", "body": "ship it", "tags": ["work"]})
-    s["email"].append({"id": new_id(s, "email"), "folder": "inbox", "from": "dana@brightlane.io",
-                       "to": ["alex.morgan@example.com"], "subject": "Budget draft",
-                       "body": "See attached.", "sent_at": "2025-03-11T16:20",
-                       "in_reply_to": None})
+    s["email"].append(
+        {
+            "id": new_id(s, "email"),
+            "folder": "inbox",
+            "from": "dana@brightlane.io",
+            "to": ["alex.morgan@example.com"],
+            "subject": "Budget draft",
+            "body": "See attached.",
+            "sent_at": "2025-03-11T16:20",
+            "in_reply_to": None,
+        }
+    )
     call(s, "email_send", {"to": ["omar@mossgate.co"], "subject": "Hello", "body": "Hi Omar"})
     return s
 
@@ -87,8 +114,9 @@ def test_worlds_are_deterministic_and_consistent():
         assert len(set(ids)) == len(ids) and world["next_id"][kind] == len(ids) + 1
     assert len({c["name"].split()[0] for c in world["contacts"]}) == 20
     events = sorted(world["calendar"], key=lambda e: e["start"])
-    assert all(a["end"] <= b["start"] for a, b in itertools.pairwise(events)
-               if a["start"][:10] == b["start"][:10])
+    assert all(
+        a["end"] <= b["start"] for a, b in itertools.pairwise(events) if a["start"][:10] == b["start"][:10]
+    )
     stamps = [m["sent_at"] for m in world["email"]]
     assert len(set(stamps)) == 30 and max(stamps) < f"{world['today']}T09:00"
     assert len({m["subject"] for m in world["email"]}) == 30
@@ -134,50 +162,87 @@ def test_every_api_has_an_openai_style_schema():
         assert {p.name for p in names if p.default is p.empty} == set(params["required"])
 
 
-@pytest.mark.parametrize("name, arguments, says", [
-    ("calendar_teleport", {}, "Unknown API 'calendar_teleport'. The APIs are: contacts_search"),
-    ("calendar_get_event", {"event_id": "evt-0042"}, "There is no event 'evt-0042'"),
-    ("calendar_create_event", {"title": "X", "start": "next Tuesday", "end": "2025-03-13T11:00"},
-     "is not a datetime; write it as YYYY-MM-DDTHH:MM"),
-    ("calendar_create_event", {"title": "X", "start": "2025-03-13", "end": "2025-03-13T11:00"},
-     "is not a datetime"),
-    ("calendar_create_event", {"title": "X", "start": "2025-03-13T10:00:30",
-                               "end": "2025-03-13T11:00"}, "to the minute"),
-    ("calendar_create_event", {"title": "X", "start": "2025-03-13T11:00",
-                               "end": "2025-03-13T10:00"}, "must end after it starts"),
-    ("calendar_create_event", {"title": "X", "start": "2025-03-13T12:00",
-                               "end": "2025-03-13T13:00",
-                               "attendees": ["con-0001", "nobody@example.com"]},
-     "Unknown attendee 'nobody@example.com'"),
-    ("calendar_update_event", {"event_id": "evt-0001", "end": "2025-03-13T09:00"},
-     "must end after it starts"),
-    ("calendar_update_event", {"event_id": "evt-0001"}, "Nothing to update"),
-    ("calendar_list_events", {"start_date": "2025-03-14", "end_date": "2025-03-13"},
-     "before start_date"),
-    ("calendar_list_events", {"start_date": "March 13", "end_date": "2025-03-13"},
-     "is not a date; write it as YYYY-MM-DD"),
-    ("email_send", {"to": ["stranger@example.com"], "subject": "Hi", "body": "x"},
-     "not the email address of any contact"),
-    ("email_send", {"to": [], "subject": "Hi", "body": "x"}, "at least one"),
-    ("email_send", {"to": "dana@brightlane.io", "subject": "Hi", "body": "x"},
-     "to must be a list of strings"),
-    ("email_send", {"to": ["dana@brightlane.io"], "subject": "Hi", "body": "  "},
-     "body must not be empty"),
-    ("email_search", {"folder": "spam"}, "folder must be one of inbox, sent"),
-    ("email_read", {"message_id": "msg-0099"}, "There is no message 'msg-0099'"),
-    ("email_reply", {"message_id": "msg-0002", "body": "x"}, "only inbox messages"),
-    ("notes_update", {"note_id": "note-0001"}, "Nothing to update"),
-    ("notes_delete", {"note_id": "note-0404"}, "There is no note 'note-0404'"),
-    ("notes_create", {"title": "  ", "body": "x"}, "title must not be empty"),
-    ("contacts_create", {"name": "Dana Two", "email": "DANA@brightlane.io"},
-     "already the email of contact con-0001"),
-    ("contacts_create", {"name": "Zed", "email": "zed-at-example"}, "not an email address"),
-    ("contacts_update", {"contact_id": "con-0001", "phone": "call me"}, "not a phone number"),
-    ("contacts_get", {}, "missing required argument(s): contact_id"),
-    ("contacts_get", {"contact_id": "con-0001", "verbose": True},
-     "unexpected argument(s) verbose"),
-    ("contacts_get", {"contact_id": 1}, "contact_id must be a string"),
-])
+@pytest.mark.parametrize(
+    "name, arguments, says",
+    [
+        ("calendar_teleport", {}, "Unknown API 'calendar_teleport'. The APIs are: contacts_search"),
+        ("calendar_get_event", {"event_id": "evt-0042"}, "There is no event 'evt-0042'"),
+        (
+            "calendar_create_event",
+            {"title": "X", "start": "next Tuesday", "end": "2025-03-13T11:00"},
+            "is not a datetime; write it as YYYY-MM-DDTHH:MM",
+        ),
+        (
+            "calendar_create_event",
+            {"title": "X", "start": "2025-03-13", "end": "2025-03-13T11:00"},
+            "is not a datetime",
+        ),
+        (
+            "calendar_create_event",
+            {"title": "X", "start": "2025-03-13T10:00:30", "end": "2025-03-13T11:00"},
+            "to the minute",
+        ),
+        (
+            "calendar_create_event",
+            {"title": "X", "start": "2025-03-13T11:00", "end": "2025-03-13T10:00"},
+            "must end after it starts",
+        ),
+        (
+            "calendar_create_event",
+            {
+                "title": "X",
+                "start": "2025-03-13T12:00",
+                "end": "2025-03-13T13:00",
+                "attendees": ["con-0001", "nobody@example.com"],
+            },
+            "Unknown attendee 'nobody@example.com'",
+        ),
+        (
+            "calendar_update_event",
+            {"event_id": "evt-0001", "end": "2025-03-13T09:00"},
+            "must end after it starts",
+        ),
+        ("calendar_update_event", {"event_id": "evt-0001"}, "Nothing to update"),
+        ("calendar_list_events", {"start_date": "2025-03-14", "end_date": "2025-03-13"}, "before start_date"),
+        (
+            "calendar_list_events",
+            {"start_date": "March 13", "end_date": "2025-03-13"},
+            "is not a date; write it as YYYY-MM-DD",
+        ),
+        (
+            "email_send",
+            {"to": ["stranger@example.com"], "subject": "Hi", "body": "x"},
+            "not the email address of any contact",
+        ),
+        ("email_send", {"to": [], "subject": "Hi", "body": "x"}, "at least one"),
+        (
+            "email_send",
+            {"to": "dana@brightlane.io", "subject": "Hi", "body": "x"},
+            "to must be a list of strings",
+        ),
+        (
+            "email_send",
+            {"to": ["dana@brightlane.io"], "subject": "Hi", "body": "  "},
+            "body must not be empty",
+        ),
+        ("email_search", {"folder": "spam"}, "folder must be one of inbox, sent"),
+        ("email_read", {"message_id": "msg-0099"}, "There is no message 'msg-0099'"),
+        ("email_reply", {"message_id": "msg-0002", "body": "x"}, "only inbox messages"),
+        ("notes_update", {"note_id": "note-0001"}, "Nothing to update"),
+        ("notes_delete", {"note_id": "note-0404"}, "There is no note 'note-0404'"),
+        ("notes_create", {"title": "  ", "body": "x"}, "title must not be empty"),
+        (
+            "contacts_create",
+            {"name": "Dana Two", "email": "DANA@brightlane.io"},
+            "already the email of contact con-0001",
+        ),
+        ("contacts_create", {"name": "Zed", "email": "zed-at-example"}, "not an email address"),
+        ("contacts_update", {"contact_id": "con-0001", "phone": "call me"}, "not a phone number"),
+        ("contacts_get", {}, "missing required argument(s): contact_id"),
+        ("contacts_get", {"contact_id": "con-0001", "verbose": True}, "unexpected argument(s) verbose"),
+        ("contacts_get", {"contact_id": 1}, "contact_id must be a string"),
+    ],
+)
 def test_bad_calls_raise_and_change_nothing(state, name, arguments, says):
     before = copy.deepcopy(state)
     with pytest.raises(AppError, match=re.escape(says)):
@@ -187,27 +252,32 @@ def test_bad_calls_raise_and_change_nothing(state, name, arguments, says):
 
 def test_the_apis_do_what_they_say(state):
     twin = copy.deepcopy(state)
-    event = call(state, "calendar_create_event", {
-        "title": "Lunch", "start": "2025-03-14 12:00", "end": "2025-03-14T13:00:00",
-        "attendees": ["OMAR@mossgate.co", "con-0002"]})
+    event = call(
+        state,
+        "calendar_create_event",
+        {
+            "title": "Lunch",
+            "start": "2025-03-14 12:00",
+            "end": "2025-03-14T13:00:00",
+            "attendees": ["OMAR@mossgate.co", "con-0002"],
+        },
+    )
     assert event["id"] == "evt-0002" and state["next_id"]["calendar"] == 3
     assert event["start"] == "2025-03-14T12:00" and event["end"] == "2025-03-14T13:00"
     assert event["attendees"] == ["Omar Okafor <omar@mossgate.co>"]
     assert state["calendar"][-1]["attendees"] == ["con-0002"]
     shown = call(state, "calendar_get_event", {"event_id": "evt-0001"})["attendees"]
-    invited = call(state, "calendar_update_event", {"event_id": "evt-0002",
-                                                    "attendees": [*event["attendees"], *shown]})
+    invited = call(
+        state, "calendar_update_event", {"event_id": "evt-0002", "attendees": [*event["attendees"], *shown]}
+    )
     assert invited["attendees"] == [*event["attendees"], *shown]
     assert state["calendar"][-1]["attendees"] == ["con-0002", "con-0001"]
     call(state, "calendar_update_event", {"event_id": "evt-0002", "attendees": ["con-0002"]})
-    moved = call(state, "calendar_update_event", {"event_id": "evt-0001",
-                                                  "start": "2025-03-14T15:30"})
+    moved = call(state, "calendar_update_event", {"event_id": "evt-0001", "start": "2025-03-14T15:30"})
     assert (moved["start"], moved["end"]) == ("2025-03-14T15:30", "2025-03-14T16:30")
-    listed = call(state, "calendar_list_events", {"start_date": "2025-03-14",
-                                                  "end_date": "2025-03-14"})
+    listed = call(state, "calendar_list_events", {"start_date": "2025-03-14", "end_date": "2025-03-14"})
     assert [e["id"] for e in listed] == ["evt-0002", "evt-0001"]
-    assert [e["id"] for e in call(state, "calendar_search_events", {"query": "LUNCH"})] == \
-        ["evt-0002"]
+    assert [e["id"] for e in call(state, "calendar_search_events", {"query": "LUNCH"})] == ["evt-0002"]
     assert call(state, "contacts_search", {"query": "dana 555"})[0]["id"] == "con-0001"
     reply = call(state, "email_reply", {"message_id": "msg-0001", "body": "Thanks!"})
     assert reply["subject"] == "Re: Budget draft" and reply["to"] == ["dana@brightlane.io"]
@@ -222,17 +292,24 @@ def test_the_apis_do_what_they_say(state):
     assert note["tags"] == ["a", "b"]
     note["tags"].append("not in the state")  # results are copies
     assert state["notes"][0]["tags"] == ["a", "b"]
-    assert call(state, "calendar_delete_event", {"event_id": "evt-0002"}) == \
-        {"deleted": "evt-0002"}
+    assert call(state, "calendar_delete_event", {"event_id": "evt-0002"}) == {"deleted": "evt-0002"}
     assert [e["id"] for e in state["calendar"]] == ["evt-0001"]
     # The same calls on the same state give the same state.
-    for name, arguments in [("calendar_create_event", {
-            "title": "Lunch", "start": "2025-03-14 12:00", "end": "2025-03-14T13:00:00",
-            "attendees": ["OMAR@mossgate.co", "con-0002"]}),
-            ("calendar_update_event", {"event_id": "evt-0001", "start": "2025-03-14T15:30"}),
-            ("email_reply", {"message_id": "msg-0001", "body": "Thanks!"}),
-            ("notes_update", {"note_id": "note-0001", "tags": ["a", "A", " b "]}),
-            ("calendar_delete_event", {"event_id": "evt-0002"})]:
+    for name, arguments in [
+        (
+            "calendar_create_event",
+            {
+                "title": "Lunch",
+                "start": "2025-03-14 12:00",
+                "end": "2025-03-14T13:00:00",
+                "attendees": ["OMAR@mossgate.co", "con-0002"],
+            },
+        ),
+        ("calendar_update_event", {"event_id": "evt-0001", "start": "2025-03-14T15:30"}),
+        ("email_reply", {"message_id": "msg-0001", "body": "Thanks!"}),
+        ("notes_update", {"note_id": "note-0001", "tags": ["a", "A", " b "]}),
+        ("calendar_delete_event", {"event_id": "evt-0002"}),
+    ]:
         call(twin, name, arguments)
     assert twin == state
 
@@ -242,8 +319,7 @@ def test_the_command_line_saves_only_on_success(state, tmp_path: Path):
     path.write_text(json.dumps(state))
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "agentgym.envs.tooluse.apps", "call", *args, "--state",
-                   str(path)]
+        command = [sys.executable, "-m", "agentgym.envs.tooluse.apps", "call", *args, "--state", str(path)]
         return subprocess.run(command, check=False, capture_output=True, text=True, timeout=60)
 
     ok = run("notes_create", json.dumps({"title": "Plan", "body": "step one"}))
@@ -251,9 +327,11 @@ def test_the_command_line_saves_only_on_success(state, tmp_path: Path):
     assert json.loads(ok.stdout)["id"] == "note-0002"
     assert json.loads(path.read_text())["notes"][-1]["title"] == "Plan"
     saved = path.read_bytes()
-    for args, says in [(("notes_delete", '{"note_id": "note-0404"}'), "no note 'note-0404'"),
-                       (("notes_create", "{not json"), "must be a JSON object"),
-                       (("teleport", "{}"), "Unknown API 'teleport'")]:
+    for args, says in [
+        (("notes_delete", '{"note_id": "note-0404"}'), "no note 'note-0404'"),
+        (("notes_create", "{not json"), "must be a JSON object"),
+        (("teleport", "{}"), "Unknown API 'teleport'"),
+    ]:
         bad = run(*args)
         assert bad.returncode == 2 and says in bad.stderr and bad.stdout == ""
         assert path.read_bytes() == saved
@@ -264,8 +342,7 @@ def test_the_command_line_saves_only_on_success(state, tmp_path: Path):
 
 
 def test_the_expert_solves_every_task(tasks):
-    assert Counter(t.kind for t in tasks) == {k: DEFAULT_NUM_TASKS // len(TEMPLATES)
-                                             for k in TEMPLATES}
+    assert Counter(t.kind for t in tasks) == {k: DEFAULT_NUM_TASKS // len(TEMPLATES) for k in TEMPLATES}
     for task in tasks:
         initial = json.dumps(task.initial, sort_keys=True)
         state = copy.deepcopy(task.initial)
@@ -309,7 +386,7 @@ def test_a_missing_step_fails(tasks, kind):
     task = first_of(tasks, kind)
     calls = list(task.expert_calls)
     last = max(i for i, (name, _) in enumerate(calls) if name not in READ_ONLY)
-    result = check(task, replay(task, calls[:last] + calls[last + 1:]), task.answer)
+    result = check(task, replay(task, calls[:last] + calls[last + 1 :]), task.answer)
     assert not result.success and result.problems
     if calls[last][0] in ("email_send", "email_reply"):
         assert result.problems[-1].startswith("missing a new email to ")
@@ -326,24 +403,27 @@ def test_a_wrong_or_missing_answer_fails(tasks, kind):
     assert check(task, final, f"The answer is: {task.answer}.").success
 
 
-@pytest.mark.parametrize("expected, given, right", [
-    ("14:30", "14:30", True),
-    ("14:30", "2:30 PM", True),
-    ("14:30", "It starts at 2:30 p.m.", True),
-    ("09:00", "9am", True),
-    ("14:30", "2:30", False),
-    ("14:30", "14:00", False),
-    ("14:30", "14:30 or 15:00", False),
-    ("(415) 555-0134", "415-555-0134", True),
-    ("(415) 555-0134", "+1 415 555 0134", True),
-    ("(415) 555-0134", "(415) 555-0135", False),
-    ("3", "three", True),
-    ("3", "3 meetings.", True),
-    ("3", "4", False),
-    ("Room 4B", "room 4b.", True),
-    ("Room 4B", "Room 4", False),
-    ("3", None, False),
-])
+@pytest.mark.parametrize(
+    "expected, given, right",
+    [
+        ("14:30", "14:30", True),
+        ("14:30", "2:30 PM", True),
+        ("14:30", "It starts at 2:30 p.m.", True),
+        ("09:00", "9am", True),
+        ("14:30", "2:30", False),
+        ("14:30", "14:00", False),
+        ("14:30", "14:30 or 15:00", False),
+        ("(415) 555-0134", "415-555-0134", True),
+        ("(415) 555-0134", "+1 415 555 0134", True),
+        ("(415) 555-0134", "(415) 555-0135", False),
+        ("3", "three", True),
+        ("3", "3 meetings.", True),
+        ("3", "4", False),
+        ("Room 4B", "room 4b.", True),
+        ("Room 4B", "Room 4", False),
+        ("3", None, False),
+    ],
+)
 def test_answers_are_compared_by_what_they_mean(expected, given, right):
     assert answer_matches(expected, given) is right
 
@@ -355,36 +435,57 @@ def test_other_correct_solutions_pass(tasks):
     (_, update), (_, email) = calls
     start = update["start"]
     hour, minute = int(start[11:13]), start[14:16]
-    final = replay(task, [("calendar_update_event", {"event_id": update["event_id"],
-                                                     "start": start.replace("T", " ")}),
-                          ("email_send", {"to": [e.upper() for e in email["to"]],
-                                          "subject": "Moved", "body": f"Now at {hour - 12}:"
-                                                                      f"{minute} p.m., thanks!"})])
+    final = replay(
+        task,
+        [
+            ("calendar_update_event", {"event_id": update["event_id"], "start": start.replace("T", " ")}),
+            (
+                "email_send",
+                {
+                    "to": [e.upper() for e in email["to"]],
+                    "subject": "Moved",
+                    "body": f"Now at {hour - 12}:{minute} p.m., thanks!",
+                },
+            ),
+        ],
+    )
     assert check(task, final).success, check(task, final).problems
     # The email must still say the time.
     final = replay(task, [calls[0], ("email_send", {**email, "body": "I moved it."})])
     assert check(task, final).problems == [
         f"missing a new email to {email['to'][0]} mentioning '{start[11:]}'",
-        f"unexpected new email {final['email'][-1]['id']} ('{email['subject']}')"]
+        f"unexpected new email {final['email'][-1]['id']} ('{email['subject']}')",
+    ]
 
     # A reply written with email_send counts when it carries the original subject.
     task = first_of(tasks, "reply_with_phone")
-    (_, reply), = [c for c in task.expert_calls if c[0] == "email_reply"]
+    ((_, reply),) = [c for c in task.expert_calls if c[0] == "email_reply"]
     original = next(m for m in task.initial["email"] if m["id"] == reply["message_id"])
     by_send = {"to": [original["from"]], "body": reply["body"]}
-    assert check(task, replay(task, [("email_send", {
-        **by_send, "subject": f"RE: {original['subject']}"})])).success
+    assert check(
+        task, replay(task, [("email_send", {**by_send, "subject": f"RE: {original['subject']}"})])
+    ).success
     assert not check(task, replay(task, [("email_send", {**by_send, "subject": "Hi"})])).success
 
     # A note in another layout, tags in another case; new objects are matched whatever their id.
     task = first_of(tasks, "attendee_note")
-    (_, note), = [c for c in task.expert_calls if c[0] == "notes_create"]
+    ((_, note),) = [c for c in task.expert_calls if c[0] == "notes_create"]
     scratch = f"note-{task.initial['next_id']['notes']:04d}"
-    final = replay(task, [("notes_create", {"title": "scratch", "body": "x"}),
-                          ("notes_delete", {"note_id": scratch}),
-                          ("notes_create", {"title": note["title"].upper(), "tags": ["Meeting"],
-                                            "body": "Invited: " + ", ".join(
-                                                note["body"].lower().splitlines()) + "."})])
+    final = replay(
+        task,
+        [
+            ("notes_create", {"title": "scratch", "body": "x"}),
+            ("notes_delete", {"note_id": scratch}),
+            (
+                "notes_create",
+                {
+                    "title": note["title"].upper(),
+                    "tags": ["Meeting"],
+                    "body": "Invited: " + ", ".join(note["body"].lower().splitlines()) + ".",
+                },
+            ),
+        ],
+    )
     assert final["notes"][-1]["id"] != expected_state(task)["notes"][-1]["id"]
     assert check(task, final).success, check(task, final).problems
     # ...but leaving someone out fails.
@@ -395,8 +496,13 @@ def test_other_correct_solutions_pass(tasks):
     task = first_of(tasks, "new_contact_meeting")
     (_, contact), (_, event) = task.expert_calls
     digits = "".join(ch for ch in contact["phone"] if ch.isdigit())
-    final = replay(task, [("contacts_create", {**contact, "phone": digits}),
-                          ("calendar_create_event", {**event, "attendees": [contact["email"]]})])
+    final = replay(
+        task,
+        [
+            ("contacts_create", {**contact, "phone": digits}),
+            ("calendar_create_event", {**event, "attendees": [contact["email"]]}),
+        ],
+    )
     assert check(task, final).success, check(task, final).problems
 
 

@@ -51,8 +51,14 @@ def run_expert(task: DataTask, workspace: Path) -> str:
             out = "\t".join(str(v) for v in rows[-1]) if rows else ""
         else:
             assert name == "python"
-            proc = subprocess.run([sys.executable, "-I", "-c", arguments["code"]], check=False,
-                                  cwd=workspace, capture_output=True, text=True, timeout=30)
+            proc = subprocess.run(
+                [sys.executable, "-I", "-c", arguments["code"]],
+                check=False,
+                cwd=workspace,
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             assert proc.returncode == 0, (task.id, proc.stderr)
             out = proc.stdout
     lines = [line.strip() for line in out.splitlines() if line.strip()]
@@ -135,14 +141,24 @@ def task(answer: str, answer_type: str, tolerance: float = 0.0) -> DataTask:
     return DataTask("data-test", "?", 0, "test", answer, answer_type, tolerance, ())
 
 
-@pytest.mark.parametrize("text", ["1234.50", "1,234.50", "$1234.5", "about 1234.50",
-                                  "The total is $1,234.50.", "1234.49", "1234.51", " 1234.5 "])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1234.50",
+        "1,234.50",
+        "$1234.5",
+        "about 1234.50",
+        "The total is $1,234.50.",
+        "1234.49",
+        "1234.51",
+        " 1234.5 ",
+    ],
+)
 def test_numbers_are_read_leniently(text):
     assert check_answer(task("1234.50", "number", 0.01), text)
 
 
-@pytest.mark.parametrize("text", ["1234.52", "1234.48", "1235", "12345.0", "none", "",
-                                  "-1234.50"])
+@pytest.mark.parametrize("text", ["1234.52", "1234.48", "1235", "12345.0", "none", "", "-1234.50"])
 def test_numbers_off_by_more_than_the_tolerance_fail(text):
     assert not check_answer(task("1234.50", "number", 0.01), text)
 
@@ -167,10 +183,12 @@ def test_names_ignore_case_spacing_and_punctuation():
 
 def test_lists_compare_as_sets():
     gold = task("Alice Abbott, Bruno Barros, Carmen Castillo", "list")
-    for text in ("Carmen Castillo, Alice Abbott, Bruno Barros",
-                 "alice abbott; bruno barros and carmen castillo",
-                 "Alice Abbott, Bruno Barros, and Carmen Castillo.",
-                 "- Bruno Barros\n- Alice Abbott\n- Carmen Castillo"):
+    for text in (
+        "Carmen Castillo, Alice Abbott, Bruno Barros",
+        "alice abbott; bruno barros and carmen castillo",
+        "Alice Abbott, Bruno Barros, and Carmen Castillo.",
+        "- Bruno Barros\n- Alice Abbott\n- Carmen Castillo",
+    ):
         assert check_answer(gold, text), text
     assert not check_answer(gold, "Alice Abbott, Bruno Barros")
     assert not check_answer(gold, "Alice Abbott, Bruno Barros, Carmen Castillo, Diana Dalton")

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 
 
 def server(task_id: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=[
-        "-m", "agentgym.envs.tooluse.mcp_server", "--task-id", task_id])
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "agentgym.envs.tooluse.mcp_server", "--task-id", task_id]
+    )
 
 
 async def test_an_mcp_client_lists_and_calls_the_tools_of_a_data_task():

@@ -52,7 +52,7 @@ def test_the_app_serves_pages_and_keeps_a_visitor_by_cookie():
         assert added.status_code == 303 and added.headers["location"] == "/cart"
         assert [line.product.id for line in shop.cart(sid)] == [product.id]
         assert "Cart (1)" in client.get("/cart").text
-        assert "localStorage" in home.text and "<link rel=\"stylesheet\"" not in home.text
+        assert "localStorage" in home.text and '<link rel="stylesheet"' not in home.text
         assert client.get("/nowhere").status_code == 404
         assert client.get("/product/NOPE").status_code == 404
         assert client.post("/search").status_code == 405
@@ -112,8 +112,11 @@ def test_random_clicking_scores_low(env):
 
     def act(obs, info):
         names = re.findall(r"\[([^\]]+)\]", obs.split("---", 1)[1])
-        return f"click[{rng.choice(names)}]" if names and rng.random() < 0.8 else \
-            f"search[{rng.choice(['shirt', 'mug', 'red', 'organic', 'lamp'])}]"
+        return (
+            f"click[{rng.choice(names)}]"
+            if names and rng.random() < 0.8
+            else f"search[{rng.choice(['shirt', 'mug', 'red', 'organic', 'lamp'])}]"
+        )
 
     rewards = [play(env, goal.id, act)[0] for goal in sample("test", 30, seed=1)]
     assert sum(rewards) / len(rewards) < 0.2 and max(rewards) < 1.0
@@ -137,10 +140,15 @@ def test_a_near_miss_scores_below_one(env):
 def test_bad_actions_are_answered_and_leave_the_page(env):
     obs, info = env.reset(seed=0)
     url = info["url"]
-    for action, says in [("buy everything", "Unknown action"), ("click[No such thing]", "There is no"),
-                         ("click[Follow us]", "leads off this shop"), ("search[]", "needs words"),
-                         (f"search[{HUGE}]", f"takes {MAX_QUERY_CHARS}"), (HUGE, "Unknown action"),
-                         ("click[\udcff]", "There is no")]:
+    for action, says in [
+        ("buy everything", "Unknown action"),
+        ("click[No such thing]", "There is no"),
+        ("click[Follow us]", "leads off this shop"),
+        ("search[]", "needs words"),
+        (f"search[{HUGE}]", f"takes {MAX_QUERY_CHARS}"),
+        (HUGE, "Unknown action"),
+        ("click[\udcff]", "There is no"),
+    ]:
         obs, reward, terminated, _, info = env.step(action)
         assert says in obs and info["action_valid"] is False and reward == 0
         assert not terminated and info["url"] == url

@@ -111,8 +111,11 @@ def test_the_same_purchase_earns_the_same_reward_in_both_modes(env):
             return action
         if f'radio "{wanted}"' in obs and action == f"click({ref_of(obs, 'radio', wanted)})":
             other_line = next(line for line in obs.splitlines() if f'radio "{other}"' in line)
-            return (f"click({ref_of(obs, 'button', 'Add to cart')})" if "[checked]" in other_line
-                    else f"click({ref_of(obs, 'radio', other)})")
+            return (
+                f"click({ref_of(obs, 'button', 'Add to cart')})"
+                if "[checked]" in other_line
+                else f"click({ref_of(obs, 'radio', other)})"
+            )
         return action
 
     text_env = ShopTextEnv(split="test")
@@ -163,7 +166,7 @@ def test_bad_actions_are_answered_and_never_hang_the_browser(env):
         (HUGE, f"at most {MAX_FILL_CHARS}"),
         ("scroll(sideways)", "up or down"),
         ('press("NoSuchKey")', "press failed"),
-        ('select(' + link + ', "x")', "select failed"),
+        ("select(" + link + ', "x")', "select failed"),
     ]:
         started = time.monotonic()
         obs, _reward, terminated, truncated, info = env.step(action)

@@ -61,18 +61,21 @@ def kin(shop: Catalog, goal: Goal) -> list[Product]:
 
 def fails(goal: Goal, p: Product) -> tuple[bool, bool, bool]:
     """On which counts ``p`` fails ``goal``: attributes, budget, options in stock."""
-    return (not set(goal.attributes) <= set(p.attributes), p.price > goal.max_price,
-            not satisfies(replace(goal, attributes=(), max_price=math.inf), p))
+    return (
+        not set(goal.attributes) <= set(p.attributes),
+        p.price > goal.max_price,
+        not satisfies(replace(goal, attributes=(), max_price=math.inf), p),
+    )
 
 
-def test_same_seed_same_catalog_and_tasks_in_any_process(shop: Catalog,
-                                                          goals: list[Goal]) -> None:
+def test_same_seed_same_catalog_and_tasks_in_any_process(shop: Catalog, goals: list[Goal]) -> None:
     start = time.perf_counter()
     again = generate_catalog(0)
     middle = time.perf_counter()
     assert generate_tasks(again) == goals
-    print(f"\ngenerate_catalog(0): {middle - start:.2f} s, "
-          f"generate_tasks: {time.perf_counter() - middle:.2f} s")
+    print(
+        f"\ngenerate_catalog(0): {middle - start:.2f} s, generate_tasks: {time.perf_counter() - middle:.2f} s"
+    )
     assert again == shop and [p.id for p in again.products] == [p.id for p in shop.products]
     digest = hashlib.sha256(repr((shop.products, goals)).encode()).hexdigest()
     assert run_python(DIGEST, env={"PYTHONHASHSEED": "123"}).stdout.strip() == digest
@@ -140,8 +143,7 @@ def test_product_lookup(shop: Catalog) -> None:
 
 
 def test_search_ranks_filters_and_sorts(shop: Catalog) -> None:
-    assert tokenize("Men's Slim-Fit SHIRTS, for the dress") == ["men", "slim", "fit", "shirt",
-                                                                  "dress"]
+    assert tokenize("Men's Slim-Fit SHIRTS, for the dress") == ["men", "slim", "fit", "shirt", "dress"]
     found = shop.search("slim fit dress shirts")
     assert found and found[0].product_type == "Dress Shirts"
     assert all(p.product_type == "Dress Shirts" for p in found[:20])
@@ -199,15 +201,15 @@ def test_tasks_are_many_unique_and_split_by_target(goals: list[Goal]) -> None:
         task_split(goals, "dev")
 
 
-def test_every_goal_is_well_formed_and_solved_by_its_target(shop: Catalog,
-                                                            goals: list[Goal]) -> None:
+def test_every_goal_is_well_formed_and_solved_by_its_target(shop: Catalog, goals: list[Goal]) -> None:
     for goal in goals:
         target = shop.product(goal.target)
         assert satisfies(goal, target) and target.category == goal.category
         assert 1 <= len(goal.attributes) <= 3 and set(goal.attributes) <= set(target.attributes)
         assert set(goal.options) <= set(target.options) and target.price <= goal.max_price
         assert grade(goal, shop, [(goal.target, goal.options)]) == Score(
-            1.0, 1.0, len(goal.attributes), len(goal.options), True)
+            1.0, 1.0, len(goal.attributes), len(goal.options), True
+        )
         text = goal.instruction
         assert text == text.lower() and f"{goal.max_price:.2f} dollars" in text
         assert all(a in text for a in goal.attributes)
@@ -224,7 +226,8 @@ def test_every_query_finds_its_target(shop: Catalog, goals: list[Goal]) -> None:
 
 
 def test_every_goal_has_near_misses_and_the_first_result_often_misses(
-        shop: Catalog, goals: list[Goal]) -> None:
+    shop: Catalog, goals: list[Goal]
+) -> None:
     for goal in goals:
         assert any(sum(fails(goal, p)) == 1 for p in kin(shop, goal)), goal.id
     first_right = sum(satisfies(g, shop.search(g.query)[0]) for g in goals)

@@ -35,8 +35,10 @@ WEREWOLF = "agentgym/Werewolf-v0"
 # Deal of the scripted games: Player1 and Player2 werewolves, Player3 seer, Player4 doctor.
 DEAL = "WWSDVVVV"
 # What PettingZoo's api tests say of every text env (they expect numpy arrays and Box spaces).
-TEXT_SPACE_WARNINGS = (r"Observation is not a NumPy array|.*probably should be "
-                       r"gymnasium.spaces.box or gymnasium.spaces.discrete")
+TEXT_SPACE_WARNINGS = (
+    r"Observation is not a NumPy array|.*probably should be "
+    r"gymnasium.spaces.box or gymnasium.spaces.discrete"
+)
 
 
 def new_game(deal: str = DEAL, seed: int = 0, preset: str = "arena", **rules: Any) -> Game:
@@ -49,17 +51,21 @@ def answer(game: Game, answers: dict[str, str]) -> None:
     for agent in list(game.pending):
         name = game.by_agent[agent].name
         kind = game.pending[agent].question.kind
-        default = {"bid": "<bid>0</bid>", "speech": "<speech>I pass.</speech>",
-                   "vote": "<vote>nobody</vote>"}.get(kind, "")
+        default = {
+            "bid": "<bid>0</bid>",
+            "speech": "<speech>I pass.</speech>",
+            "vote": "<vote>nobody</vote>",
+        }.get(kind, "")
         game.answer(agent, answers.get(name, default))
 
 
-def night(game: Game, victim: str | None, protect: str | None = None,
-          check: str | None = None) -> None:
+def night(game: Game, victim: str | None, protect: str | None = None, check: str | None = None) -> None:
     """Play a night in which every werewolf names ``victim``."""
     wolves = {p.name: f"<target>{victim}</target>" for p in game.living("werewolf")}
-    extra = {"Player4": f"<target>{protect}</target>" if protect else "",
-             "Player3": f"<target>{check}</target>" if check else ""}
+    extra = {
+        "Player4": f"<target>{protect}</target>" if protect else "",
+        "Player3": f"<target>{check}</target>" if check else "",
+    }
     while game.round in ("night", "wolves"):
         answer(game, wolves | extra)
 
@@ -77,8 +83,7 @@ def texts(game: Game, kind: str) -> list[str]:
 
 
 def random_actions(env: Any, infos: dict[str, Any], rng: random.Random) -> dict[str, str]:
-    return {a: rng.choice(infos[a]["admissible_actions"]) for a in env.agents
-            if infos[a]["action_required"]}
+    return {a: rng.choice(infos[a]["admissible_actions"]) for a in env.agents if infos[a]["action_required"]}
 
 
 def play_parallel(env: Any, seed: int, pick: Any) -> list[Any]:
@@ -167,8 +172,11 @@ def test_parallel_env_through_the_env_server():
     from agentgym.server.launch import ServerProcess
 
     def bots(env: Any, infos: dict[str, Any]) -> dict[str, str]:
-        return {a: decide(infos[a]["werewolf"], random.Random(a)) for a in env.agents
-                if infos[a]["action_required"]}
+        return {
+            a: decide(infos[a]["werewolf"], random.Random(a))
+            for a in env.agents
+            if infos[a]["action_required"]
+        }
 
     with ServerProcess() as server:
         remote = RemoteParallelEnv(server.url, WEREWOLF, {"preset": "lspo"})
@@ -188,8 +196,9 @@ def test_doctor_save_and_death_announcements():
     game = new_game(debate_turns=0)
     night(game, "Player5", protect="Player5")
     assert game.by_name["Player5"].alive
-    assert texts(game, "dawn") == [("Day 1 begins. The doctor saved the werewolves' victim: "
-                                    "nobody died last night.")]
+    assert texts(game, "dawn") == [
+        ("Day 1 begins. The doctor saved the werewolves' victim: nobody died last night.")
+    ]
     vote(game, {})
     night(game, "Player5", protect="Player6")
     assert not game.by_name["Player5"].alive
@@ -243,14 +252,15 @@ def test_werewolves_see_the_proposal_and_ties_follow_the_seed():
 def test_vote_needs_a_strict_majority():
     game = new_game(debate_turns=0)
     night(game, None)  # the werewolves name nobody valid: their answers default to no victim
-    vote(game, {"Player1": "Player5", "Player2": "Player5", "Player3": "Player6",
-                "Player4": "Player6"})
-    assert texts(game, "tally")[-1] == "Day 1 vote: Player5 2 votes, Player6 2 votes, " \
-                                       "4 abstained."
+    vote(game, {"Player1": "Player5", "Player2": "Player5", "Player3": "Player6", "Player4": "Player6"})
+    assert texts(game, "tally")[-1] == "Day 1 vote: Player5 2 votes, Player6 2 votes, 4 abstained."
     assert texts(game, "exile")[-1] == "Nobody is exiled." and len(game.living()) == 8
     night(game, None)
-    vote(game, {n: "Player5" for n in ("Player1", "Player2", "Player3", "Player4")} |
-         {n: "Player6" for n in ("Player5", "Player7", "Player8")})
+    vote(
+        game,
+        {n: "Player5" for n in ("Player1", "Player2", "Player3", "Player4")}
+        | {n: "Player6" for n in ("Player5", "Player7", "Player8")},
+    )
     assert texts(game, "exile")[-1] == "Nobody is exiled."  # 4 of 8 is no majority
     night(game, None)
     vote(game, {n: "Player5" for n in ("Player1", "Player2", "Player3", "Player4", "Player6")})
@@ -297,9 +307,13 @@ def test_dead_players_never_act_nor_can_be_named():
     env = werewolf.parallel_env(debate_turns=1)
     observations, infos = env.reset(options={"task_id": f"{DEAL}/0"})
     while env.game.by_name["Player5"].alive:  # the doctor and the seer pass
-        observations, _, _, _, infos = env.step({
-            "player_1": "<target>Player5</target>", "player_2": "<target>Player5</target>",
-            "player_5": "<target>Player1</target>"})
+        observations, _, _, _, infos = env.step(
+            {
+                "player_1": "<target>Player5</target>",
+                "player_2": "<target>Player5</target>",
+                "player_5": "<target>Player1</target>",
+            }
+        )
     assert "player_5" in env.agents
     assert "You are dead" in observations["player_5"]
     events = len(env.game.events)
@@ -307,8 +321,10 @@ def test_dead_players_never_act_nor_can_be_named():
         assert not infos["player_5"]["action_required"]
         assert "player_5" not in env.game.pending
         assert all("Player5" not in q.question.options for q in env.game.pending.values())
-        actions = {a: "<vote>Player5</vote>" if i == 0 else "" for i, a in
-                   enumerate(a for a in env.agents if infos[a]["action_required"])}
+        actions = {
+            a: "<vote>Player5</vote>" if i == 0 else ""
+            for i, a in enumerate(a for a in env.agents if infos[a]["action_required"])
+        }
         actions["player_5"] = "<vote>Player1</vote><bid>4</bid><speech>Boo!</speech>"
         observations, _, _, _, infos = env.step(actions)
     new = env.game.events[events:]
@@ -352,11 +368,24 @@ def test_undecided_game_stops_after_max_days():
 
 # ------------------------------------------------------------------ invalid answers
 
-JUNK = ["", "   ", "x" * 100_000, "<target>" + "x" * MAX_RESPONSE_CHARS + "</target>",
-        "\x00\xff\ufffd\x1b[2J", "🦜 ünïcødé 漢字", "<action>up</action>", "<vote></vote>",
-        "<vote>Player99</vote>", "<vote>Player5</vote>", "<bid>9</bid>", "<bid>two</bid>",
-        "<speech>" + "blah " * 400 + "</speech>", "<speech>   </speech>",
-        "<target>Player5</target>", "<speech>I vote Player5</speech>"]
+JUNK = [
+    "",
+    "   ",
+    "x" * 100_000,
+    "<target>" + "x" * MAX_RESPONSE_CHARS + "</target>",
+    "\x00\xff\ufffd\x1b[2J",
+    "🦜 ünïcødé 漢字",
+    "<action>up</action>",
+    "<vote></vote>",
+    "<vote>Player99</vote>",
+    "<vote>Player5</vote>",
+    "<bid>9</bid>",
+    "<bid>two</bid>",
+    "<speech>" + "blah " * 400 + "</speech>",
+    "<speech>   </speech>",
+    "<target>Player5</target>",
+    "<speech>I vote Player5</speech>",
+]
 
 
 def test_invalid_answers_get_feedback_then_a_default():
@@ -366,18 +395,23 @@ def test_invalid_answers_get_feedback_then_a_default():
     assert not game.answer("player_6", "<vote>Player3</vote>").valid
     shown = observation(game, "player_6")
     assert "you used <vote>, which is for another question" in shown
-    assert shown.endswith("Answer again.\nDay 1 debate: how much do you want to speak next? "
-                          "Answer <bid>0</bid> (stay quiet) to <bid>4</bid> (you must speak).")
+    assert shown.endswith(
+        "Answer again.\nDay 1 debate: how much do you want to speak next? "
+        "Answer <bid>0</bid> (stay quiet) to <bid>4</bid> (you must speak)."
+    )
     assert not game.answer("player_6", "<bid>7</bid>").valid
     assert "player_6" not in game.pending  # a second refusal applies the default
-    assert ("A bid is a whole number from 0 to 4, not '7'. Your answer was refused twice: "
-            "your bid is 0.") in game.lines["player_6"]
+    assert (
+        "A bid is a whole number from 0 to 4, not '7'. Your answer was refused twice: your bid is 0."
+    ) in game.lines["player_6"]
     assert game.events[-1].kind == "bid" and game.events[-1].data["bid"] == 0
     answer(game, {})
-    for text, expected in [("<vote>Player5</vote>", "You cannot name Player5: they are dead"),
-                           ("<vote>Player42</vote>", "is not a player you can name here"),
-                           ("", "has no <vote>...</vote> part"),
-                           ("x" * 100_000, "answers longer than 8,192 characters are not read")]:
+    for text, expected in [
+        ("<vote>Player5</vote>", "You cannot name Player5: they are dead"),
+        ("<vote>Player42</vote>", "is not a player you can name here"),
+        ("", "has no <vote>...</vote> part"),
+        ("x" * 100_000, "answers longer than 8,192 characters are not read"),
+    ]:
         game = new_game(debate_turns=0)
         night(game, "Player5")
         answered = game.answer("player_6", text)
@@ -394,12 +428,14 @@ def test_junk_never_stalls_a_game(seed):
     rng = random.Random(seed)
     for make in (werewolf.parallel_env, lambda: make_parallel(WEREWOLF, preset="lspo")):
         env = make()
-        trace = play_parallel(env, seed, lambda e, infos: {
-            a: rng.choice(JUNK + infos[a]["admissible_actions"]) for a in e.agents})
+        trace = play_parallel(
+            env,
+            seed,
+            lambda e, infos: {a: rng.choice(JUNK + infos[a]["admissible_actions"]) for a in e.agents},
+        )
         assert env.game.over and len(trace) < 2 * 60 * env.rules.max_days
         assert all(len(o) < 20_000 for step in trace[2:] for o in step[0].values())
-        assert any(info.get("action_valid") is False for step in trace[2:]
-                   for info in step[4].values())
+        assert any(info.get("action_valid") is False for step in trace[2:] for info in step[4].values())
 
 
 # ------------------------------------------------------------------ information hiding
@@ -410,13 +446,16 @@ _ROLE_WORD = re.compile(r"\b(?:werewolf|seer|doctor|villager)\b", re.IGNORECASE)
 def _roles_stated(text: str, names: list[str]) -> list[str]:
     """Sentences of ``text`` that name one of ``names`` and a role."""
     sentences = re.split(r"[.\n]", text)
-    return [s for s in sentences if _ROLE_WORD.search(s)
-            and any(re.search(rf"\b{n}\b", s) for n in names)]
+    return [s for s in sentences if _ROLE_WORD.search(s) and any(re.search(rf"\b{n}\b", s) for n in names)]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 2**31 - 1), preset=st.sampled_from(["arena", "lspo"]),
-       reveal=st.booleans(), junk=st.floats(0, 0.5))
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    preset=st.sampled_from(["arena", "lspo"]),
+    reveal=st.booleans(),
+    junk=st.floats(0, 0.5),
+)
 def test_villagers_never_learn_hidden_roles(seed, preset, reveal, junk):
     """Random games with random (and invalid) answers: no observation or bot view of a
     villager or the doctor holds another player's role unless the rules announced it."""
@@ -427,18 +466,18 @@ def test_villagers_never_learn_hidden_roles(seed, preset, reveal, junk):
     while True:
         for p in game.players:
             if p.role in ("villager", "doctor"):
-                hidden = [q.name for q in game.players
-                          if q.name != p.name and q.name not in game.revealed]
+                hidden = [q.name for q in game.players if q.name != p.name and q.name not in game.revealed]
                 assert _roles_stated(observations[p.agent], hidden) == []
-                assert set(infos[p.agent]["werewolf"]["known_roles"]) == \
-                    {p.name} | set(game.revealed)
+                assert set(infos[p.agent]["werewolf"]["known_roles"]) == {p.name} | set(game.revealed)
                 assert "proposal" not in infos[p.agent]["werewolf"]
                 assert infos[p.agent]["instruction"] == instruction(env.rules, p.seat, p.role)
         if not env.agents:
             break
-        actions = {a: rng.choice(JUNK) if rng.random() < junk else
-                   rng.choice(infos[a]["admissible_actions"])
-                   for a in env.agents if infos[a]["action_required"]}
+        actions = {
+            a: rng.choice(JUNK) if rng.random() < junk else rng.choice(infos[a]["admissible_actions"])
+            for a in env.agents
+            if infos[a]["action_required"]
+        }
         observations, _, _, _, infos = env.step(actions)
     assert game.over
     if reveal:
@@ -454,9 +493,15 @@ def _bot_games(count: int, preset: str = "arena") -> list[dict[str, Any]]:
     records = []
     for seed in range(count):
         env = werewolf.parallel_env(preset=preset)
-        play_parallel(env, seed, lambda e, infos, seed=seed: {
-            a: decide(infos[a]["werewolf"], random.Random(f"{seed}/{a}"))
-            for a in e.agents if infos[a]["action_required"]})
+        play_parallel(
+            env,
+            seed,
+            lambda e, infos, seed=seed: {
+                a: decide(infos[a]["werewolf"], random.Random(f"{seed}/{a}"))
+                for a in e.agents
+                if infos[a]["action_required"]
+            },
+        )
         records.append(env.game_record())
     return records
 
@@ -473,8 +518,9 @@ def test_bots_play_by_their_strategy():
             data = event["data"]
             if event["kind"] == "speech" and data["speech"] and "I am the seer" in data["speech"]:
                 assert roles[data["actor"]] == "seer"  # bots never claim falsely
-                assert all(roles[n] == "werewolf" for n in
-                           re.findall(r"(Player\d+) is a werewolf", data["speech"]))
+                assert all(
+                    roles[n] == "werewolf" for n in re.findall(r"(Player\d+) is a werewolf", data["speech"])
+                )
                 seer_reveals += 1
                 claimants.append(data["actor"])
             if event["kind"] == "protect" and claimants and data["target"] == claimants[-1]:
@@ -487,27 +533,48 @@ def test_bots_play_by_their_strategy():
 
 
 def test_bot_decisions():
-    base = {"you": "Player6", "role": "villager", "day": 1, "phase": "vote", "question": "vote",
-            "options": ["Player1", "Player2", "Player3", "Player4"],
-            "alive": [f"Player{i}" for i in range(1, 7)], "known_roles": {"Player6": "villager"},
-            "speeches": [[1, "Player3", "I am the seer. Player2 is a werewolf."],
-                         [1, "Player1", "I suspect Player3."]]}
+    base = {
+        "you": "Player6",
+        "role": "villager",
+        "day": 1,
+        "phase": "vote",
+        "question": "vote",
+        "options": ["Player1", "Player2", "Player3", "Player4"],
+        "alive": [f"Player{i}" for i in range(1, 7)],
+        "known_roles": {"Player6": "villager"},
+        "speeches": [
+            [1, "Player3", "I am the seer. Player2 is a werewolf."],
+            [1, "Player1", "I suspect Player3."],
+        ],
+    }
     rng = random.Random(0)
     assert decide(base, rng) == "<vote>Player2</vote>"
-    assert decide({**base, "question": "speech"}, rng) == \
-        "<speech>I believe the seer: Player2 is a werewolf.</speech>"
+    assert (
+        decide({**base, "question": "speech"}, rng)
+        == "<speech>I believe the seer: Player2 is a werewolf.</speech>"
+    )
     doctor = {**base, "role": "doctor", "question": "protect", "options": base["alive"]}
     assert decide(doctor, rng) == "<target>Player3</target>"
-    wolf = {**base, "you": "Player2", "role": "werewolf",
-            "known_roles": {"Player2": "werewolf", "Player1": "werewolf"}}
+    wolf = {
+        **base,
+        "you": "Player2",
+        "role": "werewolf",
+        "known_roles": {"Player2": "werewolf", "Player1": "werewolf"},
+    }
     assert decide(wolf, rng) == "<vote>Player3</vote>"
-    assert decide({**wolf, "question": "attack", "proposal": "Player4"}, rng) == \
-        "<target>Player4</target>"
-    seer = {**base, "you": "Player5", "role": "seer", "speeches": [],
-            "known_roles": {"Player5": "seer", "Player4": "werewolf"}}
+    assert decide({**wolf, "question": "attack", "proposal": "Player4"}, rng) == "<target>Player4</target>"
+    seer = {
+        **base,
+        "you": "Player5",
+        "role": "seer",
+        "speeches": [],
+        "known_roles": {"Player5": "seer", "Player4": "werewolf"},
+    }
     assert decide({**seer, "question": "bid"}, rng) == "<bid>4</bid>"
-    assert decide({**seer, "question": "speech"}, rng) == \
-        "<speech>I am the seer. Player4 is a werewolf. Vote for Player4.</speech>"
+    assert (
+        decide({**seer, "question": "speech"}, rng)
+        == "<speech>I am the seer. Player4 is a werewolf. Vote for Player4.</speech>"
+    )
     quiet = {**base, "speeches": []}
     assert decide(quiet, rng) == "<vote>nobody</vote>"
     with pytest.raises(ValueError, match="werewolf"):
@@ -522,10 +589,15 @@ def test_gym_contract_check_env(seed):
     contract.check_env_contract(WEREWOLF, seed)
 
 
-@pytest.mark.parametrize("check", [contract.bad_actions_answered_not_raised,
-                                   contract.deterministic_across_processes,
-                                   contract.task_id_reproduces_start_state,
-                                   contract.async_twins_match_sync])
+@pytest.mark.parametrize(
+    "check",
+    [
+        contract.bad_actions_answered_not_raised,
+        contract.deterministic_across_processes,
+        contract.task_id_reproduces_start_state,
+        contract.async_twins_match_sync,
+    ],
+)
 def test_gym_contract(check):
     check(WEREWOLF)
 
@@ -542,8 +614,7 @@ def test_single_seat_plays_a_whole_game():
             action = BotPolicy().answer(GenerationRequest([], info=info, seed=seed))
             obs, reward, terminated, truncated, info = env.step(action)
             total, done = total + reward, terminated or truncated
-            assert info["action_valid"] or not env.unwrapped.game_env.game.by_agent[
-                "player_3"].alive
+            assert info["action_valid"] or not env.unwrapped.game_env.game.by_agent["player_3"].alive
         assert total == (1.0 if info["success"] else -1.0 if terminated else 0.0)
         assert env.step("<vote>Player1</vote>")[0].startswith("The game is over")
     with pytest.raises(ValueError, match="seat must be one of player_1 .. player_7"):
@@ -567,12 +638,14 @@ def test_single_seat_others_are_any_policies():
             return await super().generate(requests)
 
     counting = Counting()
-    env = agentgym.make(WEREWOLF, others={"player_2": RandomPolicy(seed=1), "player_3": counting},
-                        role="villager")
+    env = agentgym.make(
+        WEREWOLF, others={"player_2": RandomPolicy(seed=1), "player_3": counting}, role="villager"
+    )
     _, info = env.reset(seed=4)
     while True:
         _, _, terminated, truncated, info = env.step(
-            info["admissible_actions"][-1] if info["admissible_actions"] else "")
+            info["admissible_actions"][-1] if info["admissible_actions"] else ""
+        )
         if terminated or truncated:
             break
     assert counting.batches and max(counting.batches) == 1  # player_3 alone
@@ -583,8 +656,13 @@ def test_single_seat_others_are_any_policies():
 
 def test_record_json_html_and_renders():
     env = werewolf.parallel_env(render_mode="html")
-    play_parallel(env, 2, lambda e, infos: {a: decide(infos[a]["werewolf"], random.Random(0))
-                                            for a in e.agents if infos[a]["action_required"]})
+    play_parallel(
+        env,
+        2,
+        lambda e, infos: {
+            a: decide(infos[a]["werewolf"], random.Random(0)) for a in e.agents if infos[a]["action_required"]
+        },
+    )
     record = json.loads(json.dumps(env.game_record()))
     assert record["format"] == "agentgym/werewolf-record/1"
     assert {p["role"] for p in record["players"]} == set(ROLES)
@@ -613,9 +691,16 @@ def test_collect_games_give_one_episode_per_seat():
 
     random_policy = RandomPolicy(seed=0)
     policies = {f"player_{i}": random_policy if i <= 2 else bots for i in range(1, 8)}
-    episodes = collect(WEREWOLF, policies, default_tasks(3, seed=10), group_size=2,
-                       env_kwargs={"preset": "lspo"}, signals={"correct_vote": 0.5},
-                       progress=False, on_game=games.append)
+    episodes = collect(
+        WEREWOLF,
+        policies,
+        default_tasks(3, seed=10),
+        group_size=2,
+        env_kwargs={"preset": "lspo"},
+        signals={"correct_vote": 0.5},
+        progress=False,
+        on_game=games.append,
+    )
     assert len(episodes) == 3 * 2 * 7 and len(games) == 6
     assert [e.agent for e in episodes[:7]] == list(policies)
     for game in games:
@@ -631,15 +716,14 @@ def test_collect_games_give_one_episode_per_seat():
             assert all(t.action_valid for t in episode.turns)
     # The two games of a task share the deal, so each seat's group has one role.
     for start in range(0, len(episodes), 14):
-        assert [e.task_id for e in episodes[start:start + 7]] == \
-            [e.task_id for e in episodes[start + 7:start + 14]]
+        assert [e.task_id for e in episodes[start : start + 7]] == [
+            e.task_id for e in episodes[start + 7 : start + 14]
+        ]
 
 
 def test_collect_through_the_aec_env():
-    episodes = collect(lambda: werewolf.env(preset="lspo"), BotPolicy(), [Task(None, 1)],
-                       progress=False)
-    parallel = collect(WEREWOLF, BotPolicy(), [Task(None, 1)], env_kwargs={"preset": "lspo"},
-                       progress=False)
+    episodes = collect(lambda: werewolf.env(preset="lspo"), BotPolicy(), [Task(None, 1)], progress=False)
+    parallel = collect(WEREWOLF, BotPolicy(), [Task(None, 1)], env_kwargs={"preset": "lspo"}, progress=False)
     assert len(episodes) == 7 and not any(e.error for e in episodes)
     assert [e.success for e in episodes] == [e.success for e in parallel]
 
@@ -650,10 +734,18 @@ def test_collect_through_the_aec_env():
 def test_eval_runs_games_and_reports_per_role(tmp_path):
     from agentgym.harness.eval import EvalSetupError, compose_eval_config, run_eval
 
-    cfg = compose_eval_config([
-        f"env={WEREWOLF}", "tasks=6", f"out_dir={tmp_path}", "progress=false",
-        "seats=[player_1]", "opponent={_target_: agentgym.envs.werewolf.bots.BotPolicy}",
-        "policy._target_=agentgym.envs.werewolf.bots.BotPolicy", "+env_kwargs.preset=lspo"])
+    cfg = compose_eval_config(
+        [
+            f"env={WEREWOLF}",
+            "tasks=6",
+            f"out_dir={tmp_path}",
+            "progress=false",
+            "seats=[player_1]",
+            "opponent={_target_: agentgym.envs.werewolf.bots.BotPolicy}",
+            "policy._target_=agentgym.envs.werewolf.bots.BotPolicy",
+            "+env_kwargs.preset=lspo",
+        ]
+    )
     out, summary = asyncio.run(run_eval(cfg))
     summary = summary["entries"][WEREWOLF]
     assert summary["games_played"] == 6 and summary["game_errors"] == 0
@@ -668,8 +760,7 @@ def test_eval_runs_games_and_reports_per_role(tmp_path):
     assert seer["wolves_identified"]["trials"] == 2 * seer["players"]
     assert len(list(out.glob("games/*/*.json"))) == len(list(out.glob("games/*/*.html"))) == 6
     assert len((out / "episodes.jsonl").read_text().splitlines()) == 42
-    bad = compose_eval_config([f"env={WEREWOLF}", "seats=[player_1]",
-                               f"out_dir={tmp_path / 'bad'}"])
+    bad = compose_eval_config([f"env={WEREWOLF}", "seats=[player_1]", f"out_dir={tmp_path / 'bad'}"])
     with pytest.raises(EvalSetupError, match="set `opponent`"):
         asyncio.run(run_eval(bad))
 
@@ -686,13 +777,18 @@ def test_embedded_model_in_every_seat():
 
     policy = HFPolicy("smollm2-135m", seed=0)
     games = []
-    episodes = collect(WEREWOLF, policy, [Task(None, 0)], progress=False, on_game=games.append,
-                       env_kwargs={"preset": "lspo", "debate_turns": 1, "max_days": 1},
-                       prompter=default_prompter("werewolf", history=0),
-                       sampling=SamplingParams(max_tokens=24))
+    episodes = collect(
+        WEREWOLF,
+        policy,
+        [Task(None, 0)],
+        progress=False,
+        on_game=games.append,
+        env_kwargs={"preset": "lspo", "debate_turns": 1, "max_days": 1},
+        prompter=default_prompter("werewolf", history=0),
+        sampling=SamplingParams(max_tokens=24),
+    )
     assert len(episodes) == 7 and {e.agent for e in episodes} == set(games[0].episodes)
     assert games[0].error is None and games[0].record["over"]
     turns = [t for e in episodes for t in e.turns]
-    assert turns and all(t.response_ids and len(t.response_logprobs) == len(t.response_ids)
-                         for t in turns)
+    assert turns and all(t.response_ids and len(t.response_logprobs) == len(t.response_ids) for t in turns)
     assert all(e.terminated or e.truncated for e in episodes)

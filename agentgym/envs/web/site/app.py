@@ -34,8 +34,11 @@ def create_app(shop: Shop) -> Starlette:
             form = await request.form()
             params.update({k: v for k, v in form.items() if isinstance(v, str)})
         answer = shop.handle(request.method, request.url.path, params, sid)
-        response: Response = (RedirectResponse(answer.location, status_code=303) if answer.location
-                              else HTMLResponse(answer.html, status_code=answer.status))
+        response: Response = (
+            RedirectResponse(answer.location, status_code=303)
+            if answer.location
+            else HTMLResponse(answer.html, status_code=answer.status)
+        )
         if not cookie:
             response.set_cookie(SID_COOKIE, sid, httponly=True, samesite="lax")
         return response
@@ -44,8 +47,9 @@ def create_app(shop: Shop) -> Starlette:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m agentgym.envs.web.site",
-                                     description="Serve the web shop for people to browse.")
+    parser = argparse.ArgumentParser(
+        prog="python -m agentgym.envs.web.site", description="Serve the web shop for people to browse."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--catalog-seed", type=int, default=0)

@@ -38,15 +38,21 @@ from agentgym.envs.web.catalog import Catalog, Product
 __all__ = ["SHIPPING", "SOCIAL_URL", "Line", "Order", "Page", "Shop"]
 
 #: Shipping choices at checkout: value -> label.
-SHIPPING: dict[str, str] = {"standard": "Standard (free, 5-7 days)",
-                            "express": "Express ($9.99, 1-2 days)"}
+SHIPPING: dict[str, str] = {"standard": "Standard (free, 5-7 days)", "express": "Express ($9.99, 1-2 days)"}
 #: The one link that leaves the site, as real shops have them (the browser env blocks it).
 SOCIAL_URL = "https://social.example.com/nimbus"
-SORTS: dict[str, str] = {"relevance": "Relevance", "price_asc": "Price: low to high",
-                         "price_desc": "Price: high to low", "rating": "Average rating"}
+SORTS: dict[str, str] = {
+    "relevance": "Relevance",
+    "price_asc": "Price: low to high",
+    "price_desc": "Price: high to low",
+    "rating": "Average rating",
+}
 PRICE_RANGES: tuple[tuple[str, float | None, float | None], ...] = (
-    ("Under $25", None, 25.0), ("$25 to $50", 25.0, 50.0), ("$50 to $100", 50.0, 100.0),
-    ("$100 & above", 100.0, None))
+    ("Under $25", None, 25.0),
+    ("$25 to $50", 25.0, 50.0),
+    ("$50 to $100", 50.0, 100.0),
+    ("$100 & above", 100.0, None),
+)
 _PRODUCT = re.compile(r"/product/([A-Za-z0-9_-]+)")
 _ORDER = re.compile(r"/order/(\d+)")
 
@@ -91,13 +97,16 @@ class Shop:
         self._lock = threading.Lock()
         self._templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-            autoescape=True, undefined=jinja2.StrictUndefined)
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
         self._departments = sorted({path[0] for path in catalog.categories()})
         # Inlined into every page: no request besides the page's own (a fresh browser context
         # has an empty cache, and every request is a round trip through the event loop).
         static = Path(__file__).parent / "static"
-        self._assets = {name: markupsafe.Markup((static / f"shop.{name}").read_text())
-                        for name in ("css", "js")}
+        self._assets = {
+            name: markupsafe.Markup((static / f"shop.{name}").read_text()) for name in ("css", "js")
+        }
 
     # -- state, for the envs -----------------------------------------------------------------
 
@@ -125,10 +134,14 @@ class Shop:
         method = method.upper()
         with self._lock:
             visitor = self._visitor(sid)
-            routes = {"/": self._home, "/search": self._search, "/cart": self._cart,
-                      "/checkout": self._checkout, "/help": self._help}
-            posts = {"/cart/add": self._add, "/cart/remove": self._remove,
-                     "/checkout": self._place_order}
+            routes = {
+                "/": self._home,
+                "/search": self._search,
+                "/cart": self._cart,
+                "/checkout": self._checkout,
+                "/help": self._help,
+            }
+            posts = {"/cart/add": self._add, "/cart/remove": self._remove, "/checkout": self._place_order}
             if method == "POST" and path in posts:
                 return posts[path](visitor, params)
             if method in ("GET", "HEAD"):
@@ -148,8 +161,8 @@ class Shop:
         values.setdefault("message", None)
         values["message"] = values["message"] or message
         html = self._templates.get_template(template).render(
-            shop_name=self.name, cart_count=len(visitor.cart), social_url=SOCIAL_URL,
-            **self._assets, **values)
+            shop_name=self.name, cart_count=len(visitor.cart), social_url=SOCIAL_URL, **self._assets, **values
+        )
         return Page(status, html)
 
     def _page(self, visitor: _Visitor, status: int, heading: str, text: str) -> Page:
@@ -159,8 +172,12 @@ class Shop:
         return self._render(visitor, "home.html", departments=self._departments)
 
     def _help(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
-        return self._page(visitor, 200, "Help", "Search for a product, choose its options, add it "
-                          "to your cart, and place the order at checkout.")
+        return self._page(
+            visitor,
+            200,
+            "Help",
+            "Search for a product, choose its options, add it to your cart, and place the order at checkout.",
+        )
 
     def _search(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
         query = params.get("q", "").strip()
@@ -168,35 +185,54 @@ class Shop:
         low, high = _price(params.get("min_price")), _price(params.get("max_price"))
         sort = params.get("sort", "relevance")
         sort = sort if sort in SORTS else "relevance"
-        found = self.catalog.search(query, category=category, min_price=low, max_price=high,
-                                    sort=sort)
+        found = self.catalog.search(query, category=category, min_price=low, max_price=high, sort=sort)
         pages = max(1, math.ceil(len(found) / self.page_size))
         page = min(max(_int(params.get("page"), 1), 1), pages)
         start = (page - 1) * self.page_size
-        state = {"q": query, "category": category, "min_price": params.get("min_price"),
-                 "max_price": params.get("max_price"), "sort": None if sort == "relevance" else sort}
+        state = {
+            "q": query,
+            "category": category,
+            "min_price": params.get("min_price"),
+            "max_price": params.get("max_price"),
+            "sort": None if sort == "relevance" else sort,
+        }
 
         def url(**change: Any) -> str:
             return _url("/search", **(state | change))
 
         types = Counter(p.product_type for p in found).most_common(8) if category is None else []
         return self._render(
-            visitor, "results.html", query=query,
+            visitor,
+            "results.html",
+            query=query,
             heading=f'Results for "{query}"' if query else (category or "All products"),
-            total=len(found), first=start + 1, last=min(start + self.page_size, len(found)),
-            products=found[start:start + self.page_size], page=page, pages=pages,
+            total=len(found),
+            first=start + 1,
+            last=min(start + self.page_size, len(found)),
+            products=found[start : start + self.page_size],
+            page=page,
+            pages=pages,
             prev_url=url(page=page - 1) if page > 1 else None,
             next_url=url(page=page + 1) if page < pages else None,
             categories=[(name, n, url(category=name, page=None)) for name, n in types],
-            price_ranges=[] if low is not None or high is not None else [
-                (label, url(min_price=lo, max_price=hi, page=None)) for label, lo, hi in PRICE_RANGES],
+            price_ranges=[]
+            if low is not None or high is not None
+            else [(label, url(min_price=lo, max_price=hi, page=None)) for label, lo, hi in PRICE_RANGES],
             filtered=bool(category or low is not None or high is not None),
             clear_url=_url("/search", q=query, sort=state["sort"]),
             keep=[(k, v) for k, v in state.items() if v and k != "sort"],
-            sorts=list(SORTS.items()), sort=sort)
+            sorts=list(SORTS.items()),
+            sort=sort,
+        )
 
-    def _product(self, visitor: _Visitor, params: Mapping[str, str], product_id: str,
-                 chosen: Mapping[str, str] | None = None, status: int = 200) -> Page:
+    def _product(
+        self,
+        visitor: _Visitor,
+        params: Mapping[str, str],
+        product_id: str,
+        chosen: Mapping[str, str] | None = None,
+        status: int = 200,
+    ) -> Page:
         try:
             product = self.catalog.product(product_id)
         except KeyError:
@@ -209,9 +245,16 @@ class Shop:
             availability = f"In stock ({units} left)." if units > 0 else "Out of stock."
         stock = {"options": names, "units": {"|".join(k): v for k, v in product.stock.items()}}
         query = params.get("q", "").strip()
-        return self._render(visitor, "product.html", status, p=product, chosen=dict(chosen or {}),
-                            availability=availability, stock_json=json.dumps(stock),
-                            back_url=_url("/search", q=query) if query else None)
+        return self._render(
+            visitor,
+            "product.html",
+            status,
+            p=product,
+            chosen=dict(chosen or {}),
+            availability=availability,
+            stock_json=json.dumps(stock),
+            back_url=_url("/search", q=query) if query else None,
+        )
 
     def _add(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
         product_id = params.get("product", "")
@@ -224,8 +267,11 @@ class Shop:
         if missing:
             visitor.message = "Choose " + " and ".join(missing) + " first."
         elif not product.in_stock(chosen):
-            visitor.message = ("Sorry, this product is out of stock in "
-                               + ", ".join(f"{k} {v}" for k, v in chosen.items()) + ".")
+            visitor.message = (
+                "Sorry, this product is out of stock in "
+                + ", ".join(f"{k} {v}" for k, v in chosen.items())
+                + "."
+            )
         if visitor.message:
             return self._product(visitor, {}, product.id, chosen, status=400)
         visitor.cart.append(Line(product, chosen))
@@ -233,8 +279,12 @@ class Shop:
         return Page(303, location="/cart")
 
     def _cart(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
-        return self._render(visitor, "cart.html", lines=visitor.cart,
-                            subtotal=sum(line.product.price for line in visitor.cart))
+        return self._render(
+            visitor,
+            "cart.html",
+            lines=visitor.cart,
+            subtotal=sum(line.product.price for line in visitor.cart),
+        )
 
     def _remove(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
         index = _int(params.get("line"), -1)
@@ -246,8 +296,7 @@ class Shop:
         return Page(303, location="/cart")
 
     def _checkout(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
-        return self._render(visitor, "checkout.html", lines=visitor.cart,
-                            shipping=list(SHIPPING.items()))
+        return self._render(visitor, "checkout.html", lines=visitor.cart, shipping=list(SHIPPING.items()))
 
     def _place_order(self, visitor: _Visitor, params: Mapping[str, str]) -> Page:
         if not visitor.cart:
@@ -255,8 +304,9 @@ class Shop:
             return Page(303, location="/checkout")
         shipping = params.get("shipping", "standard")
         # Numbered per visitor: nothing on a page depends on other visitors or earlier episodes.
-        order = Order(len(visitor.orders) + 1, tuple(visitor.cart),
-                      SHIPPING.get(shipping, SHIPPING["standard"]))
+        order = Order(
+            len(visitor.orders) + 1, tuple(visitor.cart), SHIPPING.get(shipping, SHIPPING["standard"])
+        )
         visitor.orders.append(order)
         visitor.cart.clear()
         return Page(303, location=f"/order/{order.number}")
