@@ -11,11 +11,12 @@ the task's checker reads the files and settings the applications left (reward 1 
 observation with ``action_valid=False``. After ``max_turns`` actions the episode is truncated.
 
 ``info``: ``task_id``, ``instruction``, ``task_type`` (the kind), ``state_key`` (the visible tree
-without its ids), ``action_valid``, ``success``, ``turn`` (actions taken), ``episode_id`` (this env
-and a number drawn at each reset from its seed, so that a scripted policy can tell interleaved
-episodes apart); after ``done()``, ``problems`` (what the checker found); with ``screenshot="png"``
-the screen as a ``data:image/png`` URI in ``info["screenshot"]``, with ``"som"`` the same picture
-with numbered element boxes (set of marks). An application that dies or a desktop that fails is
+without its ids and the host's free disk space), ``action_valid``,
+``success``, ``turn`` (actions taken), ``episode_id`` (this env and a number drawn at each reset
+from its seed, so that a scripted policy can tell interleaved episodes apart); after ``done()``,
+``problems`` (what the checker found); with ``screenshot="png"`` the screen as a
+``data:image/png`` URI in ``info["screenshot"]``, with ``"som"`` the same picture with numbered
+element boxes (set of marks). An application that dies or a desktop that fails is
 reported in the observation; a dead desktop truncates the episode with ``info["error"]`` and is
 replaced at the next reset.
 """
@@ -81,6 +82,9 @@ SCREENSHOTS = (None, "png", "som")
 SETTLE_LIMIT_S = 3.0
 _INSTANCES = itertools.count(1)
 _IDS = re.compile(r"^\s*\[\d+\] ", re.MULTILINE)
+#: A live host value in a tree (the file manager's free disk space), left out of the state key:
+#: the same desktop state while other programs write to the disk must keep its key.
+_LIVE = re.compile(r"Free space: [\d.,]+\s*\w+")
 
 
 class DesktopEnv(TextEnv):
@@ -293,7 +297,8 @@ class DesktopEnv(TextEnv):
         parts.append(text or "(no windows)")
         self._observation = "\n".join(parts)
         info = self._info()
-        info["state_key"] = self.task.id + "|" + hashlib.sha256(_IDS.sub("", text).encode()).hexdigest()[:16]
+        tree_key = hashlib.sha256(_LIVE.sub("", _IDS.sub("", text)).encode()).hexdigest()[:16]
+        info["state_key"] = f"{self.task.id}|{tree_key}"
         if self.screenshot is not None:
             png = desktop.screenshot()
             info["screenshot"] = data_uri(png) if self.screenshot == "png" else set_of_marks(png, self._boxes)
