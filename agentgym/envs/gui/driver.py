@@ -57,7 +57,7 @@ MAX_CHILDREN = 400
 HUGE_TABLE = 5000
 #: Most rows and columns of a huge table read, from the first visible cell.
 TABLE_ROWS, TABLE_COLS = 40, 16
-#: Empty cells that end a row's scan, and empty rows that end a table's (see Desktop._cells).
+#: Empty cells that end a row's scan, and empty rows that end a table's (see DriverSession._cells).
 EMPTY_RUN = 3
 #: Unnamed nodes of these roles only lay out their children: the tree leaves them out.
 STRUCTURAL = frozenset(
@@ -100,7 +100,10 @@ Atspi = None  # imported after the D-Bus session exists: it reads the address on
 Gdk = None
 
 
-class Desktop:
+class DriverSession:
+    """The desktop as seen from inside: its X server, services and applications, driven through
+    AT-SPI for the host's :class:`agentgym.envs.gui.desktop.Desktop`."""
+
     def __init__(self):
         self.env = dict(os.environ)
         self.services = []  # (name, Popen) in start order
@@ -525,7 +528,7 @@ def _signal_group(pgid, sig):
 
 def main():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    desktop = Desktop()
+    desktop = DriverSession()
 
     def on_term(_signum, _frame):
         raise SystemExit(0)
