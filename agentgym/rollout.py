@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from agentgym.sandbox.spec import Backend
 
 __all__ = [
+    "EnvFailure",
     "EnvPool",
     "RequestBatcher",
     "Task",
@@ -287,6 +288,12 @@ class _Run:
     on_turn: Callable[[Turn], None] | None = None
 
 
+class EnvFailure(RuntimeError):
+    """An env said in ``info["error"]`` that its own machinery failed (a browser that stopped
+    answering, a dead desktop): the episode ends with this as its infrastructure error, never as
+    the agent's failure, and is retried like any other."""
+
+
 async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Episode:
     episode = Episode(
         episode_id=f"{group_id}#{member}",
@@ -307,6 +314,8 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
         phase = "reset"
         options = {"task_id": task.task_id} if task.task_id is not None else None
         obs, info = await _bounded(areset(seed=task.seed, options=options), reset_timeout)
+        if info.get("error"):
+            raise EnvFailure(info["error"])
         episode.task_id = str(info.get("task_id", episode.task_id))
         episode.instruction = info.get("instruction", "")
         episode.task_type = str(info.get("task_type", ""))
@@ -349,6 +358,8 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             )
             if run.on_turn is not None:
                 run.on_turn(episode.turns[-1])
+            if next_info.get("error"):
+                raise EnvFailure(next_info["error"])
             past.append((obs, generation.text))
             obs, info = next_obs, next_info
             if terminated or truncated:
@@ -477,9 +488,10 @@ async def acollect(
             ``"docker"`` for a pool of this call (one warm spare sandbox, closed at the end), or
             an :class:`~agentgym.hosting.EnvServerPool` to share (left open).
         retries: times an episode that ended with an error (an infrastructure failure: a dead
-            sandbox, a failed policy call, a timeout) is run again from its start, on a fresh
-            env; the returned episode lists the discarded attempts' errors in
-            ``failed_attempts``, and still has an ``error`` if its last attempt failed too.
+            sandbox, a failed policy call, a timeout, an env's ``info["error"]``) is run again
+            from its start, on a fresh env; the returned episode lists the discarded attempts'
+            errors in ``failed_attempts``, and still has an ``error`` if its last attempt failed
+            too.
         tags: labels put on every episode (``Episode.tags``).
         skip: ``skip(task, member)`` true leaves that episode out (e.g. one a resumed
             evaluation already has); the result holds only the episodes run.

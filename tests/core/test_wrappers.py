@@ -110,3 +110,19 @@ def test_the_server_honours_a_wrapper_with_its_own_step(server):
             await env.aclose()
 
     assert asyncio.run(two_steps()) == [("COUNT 1: HI", False), ("COUNT 2: HI", True)]
+
+
+@pytest.mark.parametrize("at", ["reset", "step"])
+def test_an_env_s_info_error_is_an_infrastructure_error_and_retried(at: str) -> None:
+    made: list[wrapped_env.BrokenMachinery] = []
+
+    def factory() -> wrapped_env.BrokenMachinery:
+        made.append(wrapped_env.BrokenMachinery(at))
+        return made[-1]
+
+    [episode] = collect(factory, _say("hi"), [Task(None, 0)], max_turns=5, retries=1, progress=False)
+    phase = "reset" if at == "reset" else "step"
+    assert episode.error == f"{phase} failed: EnvFailure: browser gone"
+    assert episode.failed_attempts == [episode.error] and not episode.success
+    assert episode.num_turns == (0 if at == "reset" else 2)
+    assert len(made) >= 2  # the failed env was not reused for the retry
