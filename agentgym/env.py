@@ -110,6 +110,9 @@ class TextEnv(gym.Env[str, str]):
       binary junk, any Unicode): it returns an explanatory observation with
       ``action_valid=False``. A non-``str`` action raises ``TypeError`` (see
       :func:`coerce_action`).
+    * ``info["error"]`` is for the env's own machinery failing (a browser that stopped
+      answering, a dead desktop), never for anything the agent did: the rollout engine ends the
+      episode there as an infrastructure error and runs it again on a fresh env.
     * Returned observations and infos are fresh objects on every call.
 
     Class attributes: ``family`` names the env family (used by prompting and reports);
