@@ -52,7 +52,7 @@ from typing import Any, TypeAlias
 
 from pettingzoo import AECEnv, ParallelEnv
 
-from agentgym.episode import Episode, Turn
+from agentgym.episode import Episode
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make_aec, make_parallel, manifest
@@ -61,6 +61,7 @@ from agentgym.rollout import (
     RequestBatcher,
     Task,
     Timeouts,
+    generated_turn,
     group_id,
     progress_bar,
     request_seed,
@@ -168,18 +169,12 @@ class Seat:
         observation, asked_info, generation, action, generate_seconds = self._asked
         self._asked = None
         self.episode.turns.append(
-            Turn(
+            generated_turn(
+                generation,
+                action,
                 observation=observation,
-                action=action or "",
-                action_valid=action is not None and bool(info.get("action_valid", True)),
                 reward=0.0,
                 state_key=asked_info.get("state_key"),
-                response_text=generation.text,
-                prompt_ids=generation.prompt_ids,
-                response_ids=generation.response_ids,
-                response_logprobs=generation.logprobs,
-                finish_reason=generation.finish_reason,
-                policy_version=generation.policy_version,
                 info=info,
                 timings={"generate": generate_seconds, "step": step_seconds},
             )

@@ -55,6 +55,7 @@ __all__ = [
     "Timeouts",
     "acollect",
     "collect",
+    "generated_turn",
     "group_id",
     "progress_bar",
     "request_seed",
@@ -288,6 +289,25 @@ class _Run:
     on_turn: Callable[[Turn], None] | None = None
 
 
+def generated_turn(generation: Generation, action: str | None, **env_side: Any) -> Turn:
+    """The :class:`Turn` of a response: ``generation``'s text and token data, the parsed
+    ``action`` (``None``: no action in the response, recorded as ``""`` and invalid), and the
+    env's side (``observation``, ``reward``, ``state_key``, ``info`` with its ``action_valid``,
+    ``timings``) from ``env_side``."""
+    info = env_side.get("info", {})
+    return Turn(
+        action=action or "",
+        action_valid=action is not None and bool(info.get("action_valid", True)),
+        response_text=generation.text,
+        prompt_ids=generation.prompt_ids,
+        response_ids=generation.response_ids,
+        response_logprobs=generation.logprobs,
+        finish_reason=generation.finish_reason,
+        policy_version=generation.policy_version,
+        **env_side,
+    )
+
+
 class EnvFailure(RuntimeError):
     """An env said in ``info["error"]`` that its own machinery failed (a browser that stopped
     answering, a dead desktop): the episode ends with this as its infrastructure error, never as
@@ -340,18 +360,12 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
                 astep(action or ""), step_timeout
             )
             episode.turns.append(
-                Turn(
+                generated_turn(
+                    generation,
+                    action,
                     observation=obs,
-                    action=action or "",
-                    action_valid=action is not None and bool(next_info.get("action_valid", True)),
                     reward=float(reward),
                     state_key=info.get("state_key"),
-                    response_text=generation.text,
-                    prompt_ids=generation.prompt_ids,
-                    response_ids=generation.response_ids,
-                    response_logprobs=generation.logprobs,
-                    finish_reason=generation.finish_reason,
-                    policy_version=generation.policy_version,
                     info=next_info,
                     timings={"generate": generated - start, "step": time.perf_counter() - generated},
                 )
