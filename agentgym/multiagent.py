@@ -3,9 +3,9 @@
 :func:`acollect` (and its blocking twin :func:`collect`) plays ``len(tasks) * group_size`` games,
 each its own asyncio task, at most ``concurrency`` at once. A seat's policy may be a model, a
 rule-based bot or anything else that speaks the :class:`~agentgym.policy.Policy` protocol; one
-policy may play many seats. Requests go through one :class:`~agentgym.rollout.RequestBatcher`
-per policy, shared by every seat and every game, so that a local model answers all the seats
-that wait on it in one batch.
+policy may play many seats, and the seating may depend on the task (a league opponent per group).
+Requests go through one :class:`~agentgym.rollout.RequestBatcher` per policy, shared by every
+seat and every game, so that a local model answers all the seats that wait on it in one batch.
 
 Driving the env:
 
@@ -71,6 +71,7 @@ __all__ = [
     "Batchers",
     "GameResult",
     "Seat",
+    "Seating",
     "WholeResponse",
     "acollect",
     "collect",
@@ -251,7 +252,8 @@ class _Run:
 
     env_id: str
     pool: EnvPool
-    policies: Callable[[str], Policy]
+    policies: Callable[[Task, str], Policy]
+    """The policy of (the task's games, the agent)."""
     batchers: Batchers
     prompters: Callable[[str], Any]
     sampling: SamplingParams
@@ -350,7 +352,7 @@ async def _play(run: _Run, task: Task, member: int) -> GameResult:
     try:
         env = await run.pool.acquire()
         for index, agent in enumerate(env.possible_agents):
-            policy = run.policies(agent)
+            policy = run.policies(task, agent)
             episode = Episode(
                 episode_id=f"{group}|{agent}#{member}",
                 env_id=run.env_id,
@@ -403,9 +405,22 @@ def _per_agent(value: Any, name: str) -> Callable[[str], Any]:
     return lambda agent: value
 
 
+Seating: TypeAlias = Policy | Mapping[str, Policy]
+"""One policy for every seat, or ``{agent: policy}`` naming every agent."""
+
+
+def _seating(policies: Seating | Callable[[Task], Seating]) -> Callable[[Task, str], Policy]:
+    """``policies`` as a function of (task, agent): a :data:`Seating` serves every task; a
+    function of the task is asked for each task's seating."""
+    if isinstance(policies, Mapping) or isinstance(policies, Policy):
+        lookup = _per_agent(policies, "policies")
+        return lambda task, agent: lookup(agent)
+    return lambda task, agent: _per_agent(policies(task), "policies")(agent)
+
+
 async def acollect(
     env: str | Callable[[], MultiAgentEnv],
-    policies: Policy | Mapping[str, Policy],
+    policies: Seating | Callable[[Task], Seating],
     tasks: Iterable[Task],
     *,
     group_size: int = 1,
@@ -466,7 +481,7 @@ async def acollect(
     run = _Run(
         env_id=env_id,
         pool=EnvPool(factory),
-        policies=_per_agent(policies, "policies"),
+        policies=_seating(policies),
         batchers=Batchers((timeouts or Timeouts()).generate),
         prompters=_per_agent(prompter or default_prompter(family), "prompter"),
         sampling=sampling or SamplingParams(),
@@ -498,7 +513,7 @@ async def acollect(
 
     with bar:
         try:
-            await _check_seats(run)
+            await _check_seats(run, tasks)
             async with asyncio.TaskGroup() as group:
                 running = [group.create_task(one(t, m)) for t, m in units]
             return [e for r in running for e in r.result().episodes.values()]
@@ -507,14 +522,15 @@ async def acollect(
             await run.pool.close()
 
 
-async def _check_seats(run: _Run) -> None:
-    """Raise ``ValueError`` now, not in every game, when a mapping misses one of the env's
-    agents."""
+async def _check_seats(run: _Run, tasks: Iterable[Task]) -> None:
+    """Raise ``ValueError`` now, not in every game, when a mapping (of any task) misses one of
+    the env's agents."""
     env = await run.pool.acquire()
     try:
         for agent in env.possible_agents:
-            run.policies(agent)
             run.prompters(agent)
+            for task in tasks:
+                run.policies(task, agent)
     finally:
         await run.pool.release(env, True)
 

@@ -25,6 +25,14 @@ one per seat, are stored together. The env's game records go to
 entry's summary adds per-role statistics of the policy's seats (and of the opponent's): win rates
 and the env's ``metrics`` rates, each with a 95% Wilson interval.
 
+A league (``league=<train out_dir>/league``, see :mod:`agentgym.trainers.league`): every
+multi-agent entry is played once per opponent, as entries ``<entry> vs <opponent>`` (the same
+tasks each): ``opponent`` first when given (named after its class, e.g. ``BotPolicy``), then
+every member of the league's ``league.json`` (by name, e.g. ``step-000004``), each loaded for its
+entry only. Their episodes carry ``tags["opponent"]``; the summary gets each entry's per-role
+statistics (so per opponent) and ``ratings``, an Elo table of the policy and its opponents
+(:mod:`agentgym.harness.ratings`).
+
 Configuration: :class:`EvalConfig` is the schema of ``conf/eval.yaml`` (registered in Hydra's
 ``ConfigStore`` as ``eval_schema`` when this module is imported), its field docstrings the
 meaning of every key (``agentgym eval --help``). Keys shared with
@@ -62,6 +70,7 @@ from rich.table import Table
 from agentgym.conf import CONFIG_ERRORS, compose, register_schema, to_dict
 from agentgym.console import output_console
 from agentgym.episode import Episode
+from agentgym.harness.ratings import game_results, rating_table
 from agentgym.harness.stats import breakdown, summarize, wilson_interval
 from agentgym.harness.store import RunConfigMismatch, RunDirError, RunStore, config_diff
 from agentgym.harness.suite import Suite, SuiteEntry, SuiteError, suite_from_config
@@ -84,6 +93,7 @@ __all__ = [
     "SamplingConfig",
     "compose_eval_config",
     "default_out_dir",
+    "league_opponents",
     "register_configs",
     "role_statistics",
     "run_eval",
@@ -192,6 +202,10 @@ class EvalConfig:
     signals: dict[str, float] = field(default_factory=dict)
     """Multi-agent envs: per-turn reward shaping from the env's info signals, e.g.
     {correct_vote: 0.1}."""
+    league: str | None = None
+    """Multi-agent envs: a training run's league folder (``<out_dir>/league``): the policy plays
+    every member in the seats ``seats`` leaves (and ``opponent`` first, when given), one entry
+    per opponent, and the summary gets an Elo table of them all."""
 
 
 #: Old names of eval keys: ``{old: new}``. An override of an old name is an error naming the new.
@@ -253,6 +267,43 @@ def role_statistics(games: Sequence[GameResult], seats: Collection[str]) -> dict
     }
 
 
+def league_opponents(folder: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(name, policy config)`` of every member of the league in ``folder`` (its
+    ``league.json``), oldest first. :class:`EvalSetupError` when there is none to read."""
+    path = Path(folder) / "league.json"
+    try:
+        members = json.loads(path.read_text(encoding="utf-8"))["members"]
+        return [(str(m["name"]), dict(m["policy"])) for m in members]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise EvalSetupError(f"league={folder}: no league to read at {path} ({exc})") from None
+
+
+def _versus(cfg: DictConfig, suite: Suite) -> tuple[Suite, dict[str, tuple[str, Any]]]:
+    """With ``league``: ``suite`` with every games entry replaced by one entry per opponent,
+    and each such entry's ``(opponent name, policy config)`` (``None``: ``opponent``, which the
+    run instantiates once). Without: ``suite`` and no opponents."""
+    if cfg.league is None:
+        return suite, {}
+    if not cfg.seats:
+        raise EvalSetupError("league= plays the seats that `seats` leaves: name the policy's seats")
+    opponents: list[tuple[str, Any]] = list(league_opponents(cfg.league))
+    if cfg.opponent is not None:
+        opponents.insert(0, (_policy_label(to_dict(cfg.opponent)), None))
+    if not opponents:
+        raise EvalSetupError(f"league={cfg.league} has no member yet, and there is no `opponent`")
+    if not any(e.games for e in suite.entries):
+        raise EvalSetupError("league= plays games: the run has no multi-agent entry")
+    entries, versus = [], {}
+    for entry in suite.entries:
+        if not entry.games:
+            entries.append(entry)
+            continue
+        for name, config in opponents:
+            entries.append(dataclasses.replace(entry, name=f"{entry.name} vs {name}"))
+            versus[entries[-1].name] = (name, config)
+    return Suite(suite.name, tuple(entries)), versus
+
+
 def compose_eval_config(overrides: Sequence[str] = ()) -> DictConfig:
     """The eval config of ``agentgym/conf/eval.yaml`` (an :class:`EvalConfig`) with Hydra
     command-line overrides; raises one of :data:`~agentgym.conf.CONFIG_ERRORS`."""
@@ -295,6 +346,8 @@ class _Run:
     servers: ServerPool | None
     policy: Any = None
     opponent: Any = None
+    versus: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    """With a league: each games entry's opponent, ``(name, config)`` (``None``: ``opponent``)."""
     episodes: list[Episode] = field(default_factory=list)
     """This run's stored episodes, finished before (resumed) or now."""
     games: dict[str, list[GameResult]] = field(default_factory=lambda: defaultdict(list))
@@ -315,7 +368,7 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     :class:`~agentgym.harness.store.RunConfigMismatch`,
     :class:`~agentgym.policy.PolicyUnavailable`) when it cannot start."""
     config = to_dict(cfg, resolve=True)
-    suite = suite_from_config(config)
+    suite, versus = _versus(cfg, suite_from_config(config))
     backend = _backend(cfg.sandbox)
     games = [e.name for e in suite.entries if e.games]
     if backend is not None and cfg.cluster is not None:
@@ -328,7 +381,7 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     out = Path(cfg.out_dir) if cfg.out_dir else default_out_dir(suite, config)
     created = not out.exists()
     store = RunStore.open(out, config)
-    run = _Run(cfg, store, None, episodes=[e for eps in store.done.values() for e in eps])
+    run = _Run(cfg, store, None, versus=versus, episodes=[e for eps in store.done.values() for e in eps])
     try:
         try:
             run.servers = _env_servers(cfg, backend, suite)
@@ -408,14 +461,34 @@ async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
 
 
 async def _run_games(run: _Run, entry: SuiteEntry) -> None:
-    """A multi-agent entry: its missing games."""
+    """A multi-agent entry: its missing games (against its league opponent, loaded for it)."""
+    name, config = run.versus.get(entry.name, (None, None))
+    if config is None:
+        await _play_games(run, entry, run.opponent, name)
+        return
+    skip = run.skip(entry)
+    if all(skip(t, m) for t in entry.task_list() for m in range(entry.group_size)):
+        return  # a resumed run that has them all: the member need not load
+    opponent = instantiate(config)
+    try:
+        if hasattr(opponent, "check"):
+            await opponent.check()
+        await _play_games(run, entry, opponent, name)
+    finally:
+        if hasattr(opponent, "aclose"):
+            await opponent.aclose()
+
+
+async def _play_games(run: _Run, entry: SuiteEntry, opponent: Any, opponent_name: str | None) -> None:
+    """The missing games of ``entry``, ``opponent`` in the seats the policy leaves
+    (``opponent_name``: the episodes' ``opponent`` tag, with a league)."""
     from agentgym import multiagent
 
     cfg = run.cfg
     env_kwargs = dict(entry.env_kwargs)
     agents, metadata = multiagent.possible_agents(entry.env, env_kwargs)
     try:
-        policies = multiagent.seat_policies(agents, run.policy, cfg.seats, run.opponent)
+        policies = multiagent.seat_policies(agents, run.policy, cfg.seats, opponent)
     except ValueError as exc:
         raise EvalSetupError(f"{entry.env}: {exc}") from None
     if "html" in metadata.get("render_modes", ()):
@@ -423,6 +496,8 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
     games_dir = run.store.path / "games" / re.sub(r"[^A-Za-z0-9_.-]+", "_", entry.name)
     games_dir.mkdir(parents=True, exist_ok=True)
     tags = {"entry": entry.name, "seats": str(len(agents))}
+    if opponent_name is not None:
+        tags["opponent"] = opponent_name
 
     def on_game(game: GameResult) -> None:
         for episode in game.episodes.values():
@@ -487,6 +562,7 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
     seats = set(run.cfg.seats)
     mine = [e for e in run.episodes if "seats" not in e.tags or not seats or e.agent in seats]
     resumed = run.store.resumed
+    ratings = rating_table(game_results(run.episodes, lambda e: e.agent in seats)) if run.versus else None
     return {
         "suite": suite.name,
         "policy": run.cfg.policy.get("_target_"),
@@ -497,6 +573,7 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
         "resumed": None if resumed is None else vars(resumed),
         **summarize(mine),
         "entries": entries,
+        **({"ratings": ratings} if ratings is not None else {}),
     }
 
 
@@ -558,6 +635,13 @@ def print_summary(summary: dict[str, Any]) -> None:
             )
         if "opponent_roles" in stats:
             print_roles(f"{name}: opponent by role", stats["opponent_roles"])
+    if "ratings" in summary:
+        ratings = Table(title="Elo ratings (K=32, from 1000; agentgym.harness.ratings)")
+        for column in ("player", "rating", "games", "mean score"):
+            ratings.add_column(column, justify="left" if column == "player" else "right")
+        for row in summary["ratings"]:
+            ratings.add_row(row["player"], f"{row['rating']:.0f}", str(row["games"]), f"{row['score']:.2f}")
+        console.print(ratings)
 
 
 def print_roles(title: str, roles: dict[str, Any]) -> None:

@@ -45,7 +45,8 @@ from markupsafe import Markup
 from rich.markup import escape as markup_escape
 
 from agentgym.console import output_console
-from agentgym.episode import Episode
+from agentgym.episode import Episode, _episode_role
+from agentgym.harness.ratings import INITIAL, K, game_results, rating_table
 from agentgym.harness.stats import FAILURE_CATEGORIES, breakdown, failure_category, summarize
 from agentgym.harness.store import RunDirError, entry_of, read_episodes
 
@@ -402,6 +403,41 @@ def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> dict[
     return {"rows": rows, "plot": _histograms({f"{k} (s)": v for k, v in values.items()})}
 
 
+def _roles_section(episodes: Sequence[Episode], seats: Sequence[str]) -> dict[str, Any] | None:
+    """Games (episodes tagged with ``seats``): win rates per (entry, side, role), the side
+    ``policy`` for the agents of ``seats`` (every agent when empty), else ``opponent``; the role
+    is the last ``info["role"]`` of the episode's turns (``-`` without one). With a league the
+    entry is ``<entry> vs <opponent>``: a row per opponent. None without games."""
+    groups: dict[tuple[str, str, str], list[Episode]] = {}
+    for e in episodes:
+        if "seats" in e.tags:
+            side = "policy" if not seats or e.agent in seats else "opponent"
+            groups.setdefault((entry_of(e), side, _episode_role(e) or "-"), []).append(e)
+    if not groups:
+        return None
+    rows = []
+    for key in sorted(groups):
+        s = summarize(groups[key])
+        rows.append((*key, s["episodes"], s["scored"], _rate_ci(s)))
+    return {"rows": rows}
+
+
+def _ratings_section(episodes: Sequence[Episode], seats: Sequence[str]) -> dict[str, Any] | None:
+    """The Elo table (:mod:`agentgym.harness.ratings`) of the games played against named
+    opponents (a league run): rows (rank, player, rating, games, mean score); None without."""
+    results = game_results(episodes, lambda e: e.agent in seats)
+    if not results:
+        return None
+    return {
+        "k": f"{K:g}",
+        "initial": f"{INITIAL:g}",
+        "rows": [
+            (i, row["player"], f"{row['rating']:.0f}", row["games"], f"{row['score']:.2f}")
+            for i, row in enumerate(rating_table(results), start=1)
+        ],
+    }
+
+
 def _clip(text: str) -> str:
     if len(text) <= TEXT_LIMIT:
         return text
@@ -443,9 +479,10 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     The page has: a header (run, suite, policy, episode and error counts), success rates per
     entry and per (entry, task type) with 95% Wilson intervals, pass@k, turn and response-token
     histograms, outcome categories, latency (mean/p50/p95 of generate and env-step seconds per
-    turn and of episode wall time), and a transcript viewer of every episode (search, filter by
-    outcome and entry, turns rendered on click). Raises :class:`RunDirError` for a directory
-    that is not a run.
+    turn and of episode wall time), for games the win rates per entry, side and role, and with
+    a league the Elo ratings of the policy and its opponents, and a transcript viewer of every
+    episode (search, filter by outcome and entry, turns rendered on click). Raises
+    :class:`RunDirError` for a directory that is not a run.
     """
     loaded = load_run(run_dir)
     out = Path(out) if out is not None else loaded.path / "report.html"
@@ -454,6 +491,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     overall = summarize(episodes)
     by_entry = breakdown(episodes, entry_of)
     entries = list(by_entry)
+    seats = [str(s) for s in loaded.config.get("seats") or []]
     header = [
         ("run", str(loaded.path)),
         ("suite", loaded.suite),
@@ -475,6 +513,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
             "distributions": _distribution_section(scored, by_entry),
             "categories": _category_section(by_entry),
             "latency": _latency_section(scored, entries),
+            "roles": _roles_section(episodes, seats),
+            "ratings": _ratings_section(episodes, seats),
         }
     )
     _render(

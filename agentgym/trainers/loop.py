@@ -5,10 +5,12 @@ process: the :class:`~agentgym.trainers.learner.Learner` and the generating
 :class:`~agentgym.policies.hf.HFPolicy` share one model object, so a weight push is free (only
 the policy version moves); ``generator="vllm"`` launches a local vLLM server and pushes weights
 to it after every update (``trainers.sync``). ``mode="async"`` overlaps collection and updates
-(``trainers.async_loop``). Every step writes one JSON line to ``metrics.jsonl``, a checkpoint,
-and redraws ``learning_curve.png``. ``resume=True`` continues from the last checkpoint: in sync
-mode the tasks of step k come from the task sampler's saved state and every request's sampling
-seed is a function of (task seed, member, turn), so a resumed run repeats the uninterrupted one.
+(``trainers.async_loop``). Games may be played against a league of the policy's own frozen
+snapshots (``opponent=league``, ``trainers.league``). Every step writes one JSON line to
+``metrics.jsonl``, a checkpoint, and redraws ``learning_curve.png``. ``resume=True`` continues
+from the last checkpoint: in sync mode the tasks of step k come from the task sampler's saved
+state and every request's sampling seed is a function of (task seed, member, turn), so a resumed
+run repeats the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
 from agentgym.trainers.async_loop import AsyncCollector
 from agentgym.trainers.info_gain import answer_scores
+from agentgym.trainers.league import LATEST, League, LeagueConfig, Member
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
 from agentgym.trainers.sampler import SAMPLERS, TaskSampler, make_sampler
 from agentgym.trainers.sync import push_weights
@@ -126,7 +129,11 @@ class TrainConfig:
     Its turns from every seat it played are training rows."""
     opponent: Any = None
     """Multi-agent envs: the policy config of the other seats (e.g. the env's bots), required
-    when ``seats`` leaves seats to it; it is never trained."""
+    when ``seats`` leaves seats to it; it is never trained. Or ``league``: self-play against
+    the live policy and frozen snapshots of it (``league.*``; ``trainers.league``)."""
+    league: LeagueConfig = field(default_factory=LeagueConfig)
+    """With ``opponent=league``: when snapshots join the league and how each group's opponent
+    is drawn (:class:`~agentgym.trainers.league.LeagueConfig`)."""
     train_roles: list[str] = field(default_factory=list)
     """Multi-agent envs: the roles whose turns are trained on; empty: every role the policy
     played. Credit compares an episode only with the policy's episodes of the same role from
@@ -199,11 +206,18 @@ class TrainConfig:
                 )
         if self.estimator == "ppo":
             self.learner.value_head = True
+        self.league = LeagueConfig(**self.league) if isinstance(self.league, dict) else self.league
+        self._check_league()
         if self.multiagent:
             agents, _ = multiagent.possible_agents(self.env, self.env_kwargs)
             multiagent.seat_policies(
                 agents, "policy", self.seats, None if self.opponent is None else "opponent"
             )
+            if self.opponent == "league" and set(self.seats or agents) >= set(agents):
+                raise ValueError(
+                    f"opponent=league plays the seats that `seats` leaves: name the policy's seats "
+                    f"(some of {agents}), e.g. seats=[{agents[0]}]"
+                )
         elif self.seats or self.opponent is not None or self.train_roles:
             raise ValueError(
                 f"seats, opponent and train_roles are for multi-agent envs; {self.env} is not one"
@@ -240,6 +254,27 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.make_sampler()  # bad sampler options fail now, not at the first step
 
+    def _check_league(self) -> None:
+        """``ValueError`` for a string opponent other than ``league``, and for what a league
+        cannot train with."""
+        if isinstance(self.opponent, str) and self.opponent != "league":
+            raise ValueError(
+                f"opponent must be a policy config (with _target_) or 'league', got {self.opponent!r}"
+            )
+        if self.opponent != "league":
+            if self.league != LeagueConfig():
+                raise ValueError("league.* apply with opponent=league only")
+            return
+        if not self.multiagent:
+            raise ValueError(f"opponent=league is for multi-agent envs; {self.env} is not one")
+        if self.mode != "sync":
+            raise ValueError("opponent=league trains with mode=sync only (async trains no games)")
+        if self.generator != "hf":
+            raise ValueError(
+                "opponent=league plays frozen members as in-process HF policies: use generator=hf "
+                "(serving members as vLLM adapters is not supported yet)"
+            )
+
     @property
     def multiagent(self) -> bool:
         """Whether ``env`` is a multi-agent env (registered with ``register_multiagent``)."""
@@ -266,10 +301,13 @@ class TrainConfig:
         learner = values.pop("learner", None) or {}
         if not isinstance(learner, LearnerConfig):
             learner = LearnerConfig(**learner)
+        league = values.pop("league", None) or {}
+        if not isinstance(league, LeagueConfig):
+            league = LeagueConfig(**league)
         sampling = values.pop("sampling", None) or {}
         if not isinstance(sampling, SamplingConfig):
             sampling = SamplingConfig(**{**dataclasses.asdict(_default("sampling")), **sampling})
-        return cls(learner=learner, sampling=sampling, **values)
+        return cls(learner=learner, sampling=sampling, league=league, **values)
 
 
 def _default(name: str) -> Any:
@@ -394,11 +432,28 @@ class Trainer:
             else Prompter(family=family, **cfg.prompt)
         )
         self.seats: dict[str, Any] = {}
-        """Multi-agent envs: the policy of every seat (the trained one, or the opponent)."""
+        """Multi-agent envs: the policy of every seat (the trained one, or the opponent; with a
+        league, the live policy: the held-out evaluation's seating)."""
+        self.trained: set[str] = set()
+        """Multi-agent envs: the seats whose episodes are trained on (``seats``, else all)."""
+        self.league: League | None = None
+        """With ``opponent=league``: the run's league (``out_dir/league``)."""
         if cfg.multiagent:
             agents, _ = multiagent.possible_agents(cfg.env, cfg.env_kwargs)
-            opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
+            self.trained = set(cfg.seats or agents)
+            if cfg.opponent == "league":
+                opponent: Any = self.policy
+                self.league = League(
+                    self.out / "league",
+                    cfg.league,
+                    self._member_policy,
+                    resume_at=self.start_step if self.resumed else None,
+                    salt=cfg.learner.seed,
+                )
+            else:
+                opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
             self.seats = multiagent.seat_policies(agents, self.policy, cfg.seats, opponent)
+        self.snapshot(self.start_step)  # a run killed between a checkpoint and its snapshot
         self.tensorboard = _tensorboard(self.out / "tensorboard", self.start_step)
         self.servers: ServerPool | None = None
         """The run's env servers across a Ray cluster (``cluster``), last: nothing after can fail."""
@@ -406,6 +461,25 @@ class Trainer:
             from agentgym.hosting import RayEnvServerPool  # only cluster runs load Ray
 
             self.servers = RayEnvServerPool(cfg.cluster)
+
+    def _member_policy(self, member: Member) -> HFPolicy:
+        """The in-process policy of a frozen league member (on the learner's device)."""
+        from agentgym.policies.hf import HFPolicy
+
+        return HFPolicy(
+            member.policy["model"], device=self.cfg.learner.device, max_batch_size=self.cfg.concurrency
+        )
+
+    def snapshot(self, updates: int) -> None:
+        """Add the policy (after ``updates`` updates) to the league, when a snapshot is due and
+        the league lacks it: its adapter (or weights) and tokenizer, played by an HFPolicy."""
+
+        def save(folder: Path) -> None:
+            self.learner.model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+
+        if self.league is not None and self.league.due(updates):
+            self.league.snapshot(updates, save, {"_target_": "agentgym.policies.hf.HFPolicy"})
 
     def _truncate_metrics(self, keep_below: int) -> None:
         path = self.out / "metrics.jsonl"
@@ -418,14 +492,20 @@ class Trainer:
             path.write_text("".join(ln + "\n" for ln in lines))
 
     async def _collect(
-        self, tasks: list[Task], group_size: int, temperature: float, env_kwargs: dict[str, Any] | None = None
+        self,
+        tasks: list[Task],
+        group_size: int,
+        temperature: float,
+        env_kwargs: dict[str, Any] | None = None,
+        seating: Callable[[Task], dict[str, Any]] | None = None,
     ) -> list[Episode]:
         """The episodes of ``group_size`` runs of every task, in (task, member) order; of a
-        multi-agent env, the trained policy's seats' episodes of ``group_size`` games."""
+        multi-agent env, the trained policy's seats' episodes of ``group_size`` games, seated as
+        ``seating(task)`` says (default :attr:`seats`)."""
         if self.seats:
             episodes = await multiagent.acollect(
                 self.cfg.env,
-                self.seats,
+                seating or self.seats,
                 tasks,
                 group_size=group_size,
                 max_game_steps=self.cfg.max_game_steps,
@@ -436,7 +516,7 @@ class Trainer:
                 env_kwargs=self.cfg.env_kwargs if env_kwargs is None else env_kwargs,
                 progress=self.cfg.progress,
             )
-            return [e for e in episodes if self.seats[e.agent] is self.policy]
+            return [e for e in episodes if e.agent in self.trained]
         return await acollect(
             self.cfg.env,
             self.policy,
@@ -473,6 +553,7 @@ class Trainer:
             started = time.perf_counter()
             record.update(await self.evaluate(), eval_s=time.perf_counter() - started)
         self.checkpoint(k + 1)
+        self.snapshot(k + 1)
         return record
 
     async def step(self, k: int) -> dict[str, Any]:
@@ -481,7 +562,10 @@ class Trainer:
         cfg = self.cfg
         started = time.perf_counter()
         seeds, size = self.sampler.next_tasks(cfg.tasks_per_step), cfg.group_size
-        episodes = await self._collect([Task(None, s) for s in seeds], size, cfg.sampling.temperature)
+        seating, league_metrics = await self._league_seating(k, seeds)
+        episodes = await self._collect(
+            [Task(None, s) for s in seeds], size, cfg.sampling.temperature, seating=seating
+        )
         for seed in seeds:
             self.sampler.report(seed, [e for e in episodes if e.seed == seed])
         collected = time.perf_counter()
@@ -491,10 +575,27 @@ class Trainer:
         return {
             **record,
             **self.sampler_metrics(),
+            **league_metrics,
             "collect_s": collected - started,
             "update_s": done - collected,
             "update_tokens_per_s": record.get("update/tokens", 0.0) / max(done - collected, 1e-9),
         }
+
+    async def _league_seating(
+        self, k: int, seeds: Sequence[int]
+    ) -> tuple[Callable[[Task], dict[str, Any]] | None, dict[str, Any]]:
+        """With a league: the seating of each task of step ``k`` (the trained seats to the
+        policy, the others to the group's opponent, :meth:`League.choices`) and the league's
+        metrics; without: ``None`` (:attr:`seats`) and no metrics."""
+        if self.league is None:
+            return None, {}
+        chosen = self.league.choices(k, seeds)
+        opponents: dict[str, Any] = {LATEST: self.policy, **await self.league.policies(set(chosen.values()))}
+        seatings = {
+            name: {agent: self.policy if agent in self.trained else policy for agent in self.seats}
+            for name, policy in opponents.items()
+        }
+        return (lambda task: seatings[chosen[task.seed]]), self.league.metrics(chosen)
 
     def learn(
         self, k: int, episodes: Sequence[Episode], trained: Callable[[Turn], bool] | None = None
@@ -743,6 +844,8 @@ async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None) -> li
                 )
     finally:
         trainer.close()
+        if trainer.league is not None:
+            await trainer.league.aclose()
         await trainer.policy.aclose()
     return records
 
@@ -848,6 +951,7 @@ def train_summary(cfg: TrainConfig, seconds: float, steps_run: int, comparison_d
         (out / "checkpoint" / "learner.pt", "checkpoint (resume=true continues from it)"),
         (out / "tensorboard", "TensorBoard events"),
         (out / "pushed", "weights pushed to the generator"),
+        (out / "league" / "league.json", "the league's frozen members (agentgym eval league=...)"),
     ]
     if comparison_dir is not None:
         wrote += [

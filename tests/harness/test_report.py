@@ -35,17 +35,6 @@ from agentgym.harness.stats import breakdown, summarize
 from agentgym.policies.scripted import RandomPolicy
 from agentgym.rollout import collect, default_tasks
 
-from support import unavailable
-
-CHROMIUM = Path("/usr/lib/chromium/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 XSS = "<script>alert(1)</script> </script><script>alert(2)</script> <img src=x onerror=alert(3)> <!-- "
 CONFIG = """\
 policy:
@@ -507,26 +496,6 @@ def test_cli_bad_run_dir(
 
 # ---------------------------------------------------------------------------------------------
 # The pages in headless Chromium, offline
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    """Headless Chromium (closed, with its Playwright driver, after the module's tests)."""
-    if not CHROMIUM.exists():
-        unavailable(f"no Chromium at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        unavailable("the playwright package is not installed")
-    driver = sync_playwright().start()
-    try:
-        chromium = driver.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-    finally:
-        driver.stop()
 
 
 @dataclass
