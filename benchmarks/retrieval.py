@@ -21,9 +21,12 @@ rank-bm25's per-passage dictionaries.
 ``dense``: BM25, dense (the default encoder, all-MiniLM-L6-v2) and hybrid retrieval on the
 generated world (seed 0, about 3,600 passages), on ``--threads`` CPU cores:
 
-- recall@5 of the gold supporting passage of every hop of every question, queried with the
-  hop's gold query, for each retrieval; and, harder, the fraction of a question's supporting
-  passages in the top 5 when the whole question is the query;
+- recall@5 of the gold supporting passage of every hop of every question, for each retrieval,
+  queried with the hop's gold query (the name and a word of the passage: "Varen Ostrel
+  birthplace"), and with its paraphrase (the name in a question or description that shares no
+  other word with the passage: "Where was Varen Ostrel from?"; see
+  :class:`~agentgym.envs.search.world.Question`); and, harder, the fraction of a question's
+  supporting passages in the top 5 when the whole question is the query;
 - passages embedded per second (building the dense part), query latency p50 per retrieval
   (one query per call, embedding included);
 - dense search latency p50 at ``--latency-passages`` passages (default 100,000), exact against
@@ -184,6 +187,7 @@ def dense(args: argparse.Namespace) -> None:
     faiss.omp_set_num_threads(args.threads)
     world = generate_world(args.seed)
     hops = [(q.hop_queries[i], {q.supporting[i]}) for q in world.questions for i in range(q.hops)]
+    paraphrases = [(q.hop_paraphrases[i], {q.supporting[i]}) for q in world.questions for i in range(q.hops)]
     questions = [(q.question, set(q.supporting)) for q in world.questions]
     encoder = load_encoder()
     rng = np.random.default_rng(args.seed)
@@ -212,6 +216,7 @@ def dense(args: argparse.Namespace) -> None:
         for col in (
             "retrieval",
             "hop recall@5",
+            "paraphrase recall@5",
             "question recall@5",
             "query p50 (ms)",
             "build (s)",
@@ -220,11 +225,11 @@ def dense(args: argparse.Namespace) -> None:
             table.add_column(col, justify="left" if col == "retrieval" else "right")
         for name, retriever in retrievers.items():
             p50 = _p50_ms(partial(_search_one, retriever), sample)
-            hop_recall, question_recall = _recall(retriever, hops, 5), _recall(retriever, questions, 5)
-            table.add_row(name, f"{hop_recall:.1%}", f"{question_recall:.1%}", f"{p50:.1f}", *costs[name])
+            recalls = [f"{_recall(retriever, pairs, 5):.1%}" for pairs in (hops, paraphrases, questions)]
+            table.add_row(name, *recalls, f"{p50:.1f}", *costs[name])
         console.print(table)
         console.print(
-            f"{len(hops)} hop queries, {len(questions)} questions; embedding: "
+            f"{len(hops)} hop queries and as many paraphrases, {len(questions)} questions; embedding: "
             f"{len(index) / dense_build:.0f} passages/s ({encoder.device}, {args.threads} threads)"
         )
         # FAISS on real embeddings: the world's, forced (it is small enough for exact search)

@@ -122,6 +122,7 @@ def read_questions(path: str | os.PathLike[str], split: str = "test") -> list[Qu
                 supporting=supporting,
                 hop_queries=tuple(str(q) for q in record.get("hop_queries") or ()),
                 split=split,
+                hop_paraphrases=tuple(str(q) for q in record.get("hop_paraphrases") or ()),
             )
         )
     if not questions:

@@ -23,6 +23,12 @@ the passage of the entity whose fact it reads, the ``supporting`` passages in ho
 comparison, the first option's, then the second's; a 3-hop comparison bridges its first option).
 An entity passage states one year, its own (born, founded, published or held); a country's none.
 
+Each hop also has a paraphrase, what a person would search for: the name known at that hop in a
+question or description that shares no other word with the passage to find ("Where was Varen
+Ostrel from?" for "Varen Ostrel was a native of Tarnmoor"). Each fact has three templates, plain
+English that avoids every wording a passage of its kind uses; a hop's is drawn from a stream of
+its own, so that the rest of the world is the same with or without them.
+
 Entities are split 80/10/10 into train, dev and test before questions are drawn, and a question
 starts only from entities of its own split, so no split shares a question or a start entity.
 """
@@ -71,7 +77,9 @@ class Question:
     is the number of passages it needs. ``supporting[i]`` is the id of the passage that hop ``i``
     must read; ``hop_queries[i]`` is a short search query for it, made of the name known at that
     hop and a word for the fact ("The Amber Loom author", then "Varen Ostrel birthplace").
-    ``split`` is one of :data:`SPLITS`.
+    ``split`` is one of :data:`SPLITS`. ``hop_paraphrases[i]`` (generated worlds only; empty
+    otherwise) asks for the same fact as a person would, with the same name and other words than
+    the passage's ("Who penned The Amber Loom?", then "Where was Varen Ostrel from?").
     """
 
     id: str
@@ -82,6 +90,7 @@ class Question:
     supporting: tuple[str, ...]
     hop_queries: tuple[str, ...]
     split: str
+    hop_paraphrases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -451,6 +460,9 @@ class _Rel:
     says: tuple[str, ...]  # sentences stating it: {s} the subject, {o} the value
     asks: tuple[str, ...]  # questions whose answer is the value: {x} the subject
     query: str  # the word a searcher adds to the subject's name
+    # what a searcher writes instead, {x} the subject: questions and descriptions that share no
+    # word with ``says`` or with the rest of a passage of this kind (test_paraphrases.py checks)
+    paraphrases: tuple[str, ...]
     np: tuple[str, ...] = ()  # for a link: noun phrases for the entity it points to, {x} as above
 
 
@@ -463,6 +475,11 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("What is the capital of {x}?", "Which city is the capital of {x}?"),
         "capital",
+        (
+            "Which city is the seat of government of {x}?",
+            "Where does the government of {x} sit?",
+            "administrative center of {x}",
+        ),
         ("the capital of {x}", "the capital city of {x}"),
     ),
     ("city", "country"): _Rel(
@@ -474,6 +491,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In which country is {x}?", "Which country contains {x}?"),
         "country",
+        ("Which nation is {x} part of?", "nation that {x} belongs to", "{x} is a town in which nation?"),
         ("the country where {x} is located", "the country containing {x}"),
     ),
     ("city", "year"): _Rel(
@@ -485,6 +503,11 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In what year was {x} founded?", "When was {x} founded?"),
         "founded",
+        (
+            "When did {x} come into being?",
+            "How far back does the history of {x} go?",
+            "origins of the town of {x}",
+        ),
     ),
     ("person", "year"): _Rel(
         (
@@ -495,6 +518,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In what year was {x} born?", "When was {x} born?"),
         "born",
+        ("How old was {x}?", "age of {x}", "birthdate of {x}"),
     ),
     ("person", "occupation"): _Rel(
         (
@@ -505,6 +529,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("What was the occupation of {x}?", "What did {x} do for a living?"),
         "occupation",
+        ("What was {x}'s job?", "{x} line of work", "What job did {x} hold?"),
     ),
     ("person", "birthplace"): _Rel(
         (
@@ -515,6 +540,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In which city was {x} born?", "Where was {x} born?"),
         "birthplace",
+        ("Where was {x} from?", "hometown of {x}", "Which town does {x} come from?"),
         ("the birthplace of {x}", "the city where {x} was born"),
     ),
     ("person", "employer"): _Rel(
@@ -526,12 +552,14 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Which organization employed {x}?", "For which organization did {x} work?"),
         "employer",
+        ("Which institution had {x} on its staff?", "Who paid {x}'s salary?", "organization that hired {x}"),
         ("the employer of {x}", "the organization that employed {x}"),
     ),
     ("person", "founded"): _Rel(
         ("{s} founded {o}.", "{s} went on to establish {o}.", "{o} was set up by {s}."),
         ("Which organization did {x} found?", "What organization was founded by {x}?"),
         "founded",
+        ("What organization did {x} start?", "institution created by {x}", "What did {x} launch?"),
         ("the organization founded by {x}", "the organization that {x} established"),
     ),
     ("org", "year"): _Rel(
@@ -543,6 +571,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In what year was {x} founded?", "When was {x} established?"),
         "founded",
+        ("How old is {x}?", "When did {x} start out?", "When was {x} created?"),
     ),
     ("org", "founder"): _Rel(
         (
@@ -553,6 +582,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Who founded {x}?", "Who was the founder of {x}?"),
         "founder",
+        ("Who started {x}?", "creator of {x}", "Who set up {x}?"),
         ("the founder of {x}", "the person who founded {x}"),
     ),
     ("org", "headquarters"): _Rel(
@@ -564,6 +594,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In which city is {x} headquartered?", "Where is {x} based?"),
         "headquarters",
+        ("Where is {x} located?", "Which city is {x} in?", "home city of {x}"),
         ("the city where {x} is headquartered", "the headquarters city of {x}"),
     ),
     ("book", "year"): _Rel(
@@ -575,23 +606,27 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In what year was {x} published?", "When was {x} first published?"),
         "published",
+        ("When did {x} hit the shelves?", "How old is {x}?", "When was {x} printed?"),
     ),
     ("book", "creator"): _Rel(
         ("{s} was written by {o}.", "{o} wrote {s}.", "{s} is a book by {o}.", "{o} is the author of {s}."),
         ("Who wrote {x}?", "Who is the author of {x}?"),
         "author",
+        ("Who penned {x}?", "writer of {x}", "Who is {x} by?"),
         ("the author of {x}", "the writer of {x}"),
     ),
     ("book", "publisher"): _Rel(
         ("{s} was published by {o}.", "{o} published {s}.", "{s} was issued by {o}.", "{o} brought out {s}."),
         ("Which company published {x}?", "Who published {x}?"),
         "publisher",
+        ("Which company printed {x}?", "imprint behind {x}", "Who holds the rights to {x}?"),
         ("the publisher of {x}", "the company that published {x}"),
     ),
     ("film", "year"): _Rel(
         ("{s} premiered in {o}.", "{s} was released in {o}.", "{s} reached cinemas in {o}."),
         ("In what year was {x} released?", "When did {x} premiere?"),
         "released",
+        ("When did {x} open in theaters?", "How old is the movie {x}?", "When did audiences get to see {x}?"),
     ),
     ("film", "creator"): _Rel(
         (
@@ -602,6 +637,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Who directed {x}?", "Who was the director of {x}?"),
         "director",
+        ("Who helmed {x}?", "Whose movie is {x}?", "filmmaker responsible for {x}"),
         ("the director of {x}", "the person who directed {x}"),
     ),
     ("film", "publisher"): _Rel(
@@ -613,12 +649,14 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Which studio produced {x}?", "Who produced {x}?"),
         "studio",
+        ("production company of {x}", "Who financed the movie {x}?", "Which company bankrolled {x}?"),
         ("the studio that produced {x}", "the studio behind {x}"),
     ),
     ("album", "year"): _Rel(
         ("{s} was released in {o}.", "{s} came out in {o}.", "{s} appeared in record shops in {o}."),
         ("In what year was {x} released?", "When did {x} come out?"),
         "released",
+        ("When did {x} drop?", "How old is {x}?", "When did fans get to hear {x}?"),
     ),
     ("album", "creator"): _Rel(
         (
@@ -629,6 +667,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Who recorded {x}?", "Which artist made {x}?"),
         "artist",
+        ("Whose songs are on {x}?", "musician who made {x}", "performer of {x}"),
         ("the artist who recorded {x}", "the musician behind {x}"),
     ),
     ("album", "publisher"): _Rel(
@@ -640,12 +679,14 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Which label released {x}?", "On which label did {x} come out?"),
         "label",
+        ("Who distributed {x}?", "Which company owns the rights to {x}?", "Which company pressed {x}?"),
         ("the label that released {x}", "the record label behind {x}"),
     ),
     ("event", "year"): _Rel(
         ("{s} took place in {o}.", "{s} was held in {o}.", "{s} opened in {o}."),
         ("In what year did {x} take place?", "When was {x} held?"),
         "year",
+        ("When did {x} happen?", "date of {x}", "How long ago was {x}?"),
     ),
     ("event", "host"): _Rel(
         (
@@ -656,6 +697,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("In which city was {x} held?", "Where did {x} take place?"),
         "host city",
+        ("Where did {x} happen?", "location of {x}", "Which town was {x} in?"),
         ("the host city of {x}", "the city that hosted {x}"),
     ),
     ("event", "organizer"): _Rel(
@@ -667,6 +709,7 @@ _RELS: dict[tuple[str, str], _Rel] = {
         ),
         ("Which organization organized {x}?", "Who organized {x}?"),
         "organizer",
+        ("Who ran {x}?", "Which institution was in charge of {x}?", "Who arranged {x}?"),
         ("the organizer of {x}", "the organization that put on {x}"),
     ),
 }
@@ -1005,8 +1048,16 @@ def _comparisons(rng: random.Random, es: list[_Entity], pool: list[int], want: i
     return drafts
 
 
-def _questions(rng: random.Random, es: list[_Entity], passage_ids: list[str]) -> list[Question]:
-    """Questions in shuffled order; each split's start from its own share of the entities."""
+def _paraphrase(rng: random.Random, e: _Entity, fact: str) -> str:
+    """A searcher's natural-language query for ``fact`` of ``e``, naming it."""
+    return _cap(rng.choice(_RELS[e.kind, fact].paraphrases).format(x=e.ref))
+
+
+def _questions(
+    rng: random.Random, es: list[_Entity], passage_ids: list[str], wording: random.Random
+) -> list[Question]:
+    """Questions in shuffled order; each split's start from its own share of the entities. The
+    hops' paraphrases are drawn from ``wording`` alone, in question then hop order."""
     starts = list(range(len(es)))
     rng.shuffle(starts)
     a, b = round(0.8 * len(starts)), round(0.9 * len(starts))
@@ -1026,6 +1077,7 @@ def _questions(rng: random.Random, es: list[_Entity], passage_ids: list[str]) ->
             tuple(passage_ids[e] for e, _ in path),
             tuple(f"{es[e].name} {_RELS[es[e].kind, fact].query}" for e, fact in path),
             split,
+            tuple(_paraphrase(wording, es[e], fact) for e, fact in path),
         )
         for k, (split, text, answers, kind, path) in enumerate(drafts)
     ]
@@ -1044,7 +1096,12 @@ def generate_world(seed: int = 0, num_entities: int = DEFAULT_NUM_ENTITIES) -> W
     if num_entities < MIN_ENTITIES:
         raise ValueError(f"num_entities must be at least {MIN_ENTITIES}, got {num_entities}")
     es, passages, passage_ids = _corpus(seeding.rng("agentgym.search.world", seed, "0"), num_entities, 0)
-    questions = _questions(seeding.rng("agentgym.search.world", seed, "questions"), es, passage_ids)
+    questions = _questions(
+        seeding.rng("agentgym.search.world", seed, "questions"),
+        es,
+        passage_ids,
+        seeding.rng("agentgym.search.world", seed, "paraphrases"),
+    )
     return World(passages, questions)
 
 
