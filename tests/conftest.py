@@ -16,11 +16,14 @@ one after another on one worker: :func:`serial_group` names their group.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +40,11 @@ if WORKER is not None:
     os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"{WORKER}-", dir=tempfile.gettempdir())
     os.chmod(os.environ["TMPDIR"], 0o1777)
     tempfile.tempdir = None
+    # Torch's threads (read when torch is imported): the worker's share of the cores. Two
+    # workers that both compute with a thread per core make every parallel region wait for a
+    # descheduled thread: a small collect took 13 s so, 3 s with one thread each.
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
 
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.
@@ -126,6 +134,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if WORKER is not None:
         shutil.rmtree(tempfile.gettempdir(), ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _free_models() -> Iterator[None]:
+    """After a test that ran for a second or more (one that may have built models), collect
+    what its trainers and models left in reference cycles: the garbage collector runs by counts
+    of objects, not bytes, so a few model-sized cycles would otherwise stay through many tests
+    (a worker reached 12 GB). Quick tests skip the collection (about 0.1 s each)."""
+    started = time.perf_counter()
+    yield
+    if time.perf_counter() - started >= 1.0:
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
