@@ -16,6 +16,7 @@ one after another on one worker: :func:`serial_group` names their group.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import shutil
@@ -136,6 +137,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(tempfile.gettempdir(), ignore_errors=True)
 
 
+_LIBC = ctypes.CDLL("libc.so.6") if sys.platform == "linux" else None
+
+
 @pytest.fixture(autouse=True)
 def _free_models() -> Iterator[None]:
     """After a test that ran for a second or more (one that may have built models), collect
@@ -146,6 +150,8 @@ def _free_models() -> Iterator[None]:
     yield
     if time.perf_counter() - started >= 1.0:
         gc.collect()
+        if _LIBC is not None:
+            _LIBC.malloc_trim(0)  # hand the freed heap back (threads' arenas keep it otherwise)
 
 
 @pytest.fixture(scope="session")
