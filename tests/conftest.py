@@ -41,11 +41,16 @@ if WORKER is not None:
     os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"{WORKER}-", dir=tempfile.gettempdir())
     os.chmod(os.environ["TMPDIR"], 0o1777)
     tempfile.tempdir = None
-    # Torch's threads (read when torch is imported): the worker's share of the cores. Two
-    # workers that both compute with a thread per core make every parallel region wait for a
-    # descheduled thread: a small collect took 13 s so, 3 s with one thread each.
-    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // _workers)))
+    # Torch's threads in this worker: its share of the cores. Two workers that both compute with
+    # a thread per core make every parallel region wait for a descheduled thread (a small collect
+    # took 13 s so, 3 s with one thread each). Subprocesses (vLLM servers, CLI runs) keep theirs.
+    try:
+        import torch
+    except ImportError:
+        pass
+    else:
+        _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
 
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.
