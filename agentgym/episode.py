@@ -27,6 +27,7 @@ __all__ = [
     "TurnTable",
     "episode_json",
     "load_episodes",
+    "role_of",
     "save_episodes",
     "to_dataset",
 ]
@@ -174,7 +175,7 @@ def to_dataset(episodes: Sequence[Episode]):  # -> datasets.Dataset
     return datasets.Dataset.from_list(rows)
 
 
-def _episode_role(episode: Episode) -> str:
+def role_of(episode: Episode) -> str:
     """The episode's role: the last ``info["role"]`` among its turns, ``""`` when none has one."""
     for turn in reversed(episode.turns):
         role = turn.info.get("role")
@@ -257,7 +258,7 @@ class TurnTable:
         )
         role_codes: dict[str, int] = {}
         episode_role = np.array(
-            [role_codes.setdefault(_episode_role(ep), len(role_codes)) for ep in episodes], dtype=np.int64
+            [role_codes.setdefault(role_of(ep), len(role_codes)) for ep in episodes], dtype=np.int64
         )
         turns = [t for ep in episodes for t in ep.turns]
         state_codes: dict[str, int] = {}

@@ -45,7 +45,7 @@ from markupsafe import Markup
 from rich.markup import escape as markup_escape
 
 from agentgym.console import output_console
-from agentgym.episode import Episode, _episode_role
+from agentgym.episode import Episode, role_of
 from agentgym.harness.ratings import INITIAL, K, game_results, rating_table
 from agentgym.harness.stats import FAILURE_CATEGORIES, breakdown, failure_category, summarize
 from agentgym.harness.store import RunDirError, entry_of, read_episodes
@@ -412,7 +412,7 @@ def _roles_section(episodes: Sequence[Episode], seats: Sequence[str]) -> dict[st
     for e in episodes:
         if "seats" in e.tags:
             side = "policy" if not seats or e.agent in seats else "opponent"
-            groups.setdefault((entry_of(e), side, _episode_role(e) or "-"), []).append(e)
+            groups.setdefault((entry_of(e), side, role_of(e) or "-"), []).append(e)
     if not groups:
         return None
     rows = []
