@@ -216,16 +216,36 @@ class HFPolicy:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-        """Forward pass over the left-padded prompts, each distinct prompt once (a group's
-        members often share theirs).
+        """Forward pass over the prompts, each distinct prompt once (a group's members often
+        share theirs), and their common prefix once (the system prompt and demonstrations that
+        every prompt of a run starts with): its KV cache is computed for one row and repeated,
+        then the rest of each prompt runs left-padded after it (the padding sits between the
+        prefix and the rest, masked out; positions count real tokens only).
 
         Returns, per row: the next-token logits (rows, vocab), the KV cache, the attention mask
-        (rows, longest prompt) and the position of the next token (rows,).
+        (rows, cached length) and the position of the next token (rows,).
         """
         distinct, index = _unique(prompts)
+        shared = _common_prefix_length(distinct) if len(distinct) > 1 else 0
+        shared = min(shared, min(len(p) for p in distinct) - 1)  # each row keeps a token to run
+        cache = None
+        if shared >= _MIN_SHARED_PREFIX:
+            prefix = torch.tensor([distinct[0][:shared]], device=self.device)
+            cache = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+            cache.batch_repeat_interleave(len(distinct))
+            distinct = [p[shared:] for p in distinct]
+        else:
+            shared = 0
         ids, mask, positions = left_pad(distinct, self.tokenizer.pad_token_id, self.device)
+        mask = torch.cat([mask.new_ones(len(distinct), shared), mask], dim=-1)
+        positions = positions + shared
         out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         logits, cache = out.logits[:, -1], out.past_key_values
         if len(distinct) < len(prompts):
@@ -289,6 +309,18 @@ class HFPolicy:
             ).logits[:, -1]
             next_position = next_position + 1
         return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist()
+
+
+_MIN_SHARED_PREFIX = 16
+"""Shortest common prompt prefix (tokens) worth a forward pass of its own."""
+
+
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    """Length of the longest token prefix that every prompt starts with."""
+    first, length = prompts[0], min(len(p) for p in prompts)
+    for p in prompts[1:]:
+        length = next((i for i in range(length) if p[i] != first[i]), length)
+    return length
 
 
 def _unique(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:

@@ -277,24 +277,40 @@ class KillingPolicy(RandomPolicy):
         return await super().generate(requests)
 
 
+class RecordingPool(EnvServerPool):
+    """An :class:`EnvServerPool` that keeps the envs it made, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.made: list[RemoteEnv] = []
+
+    async def amake(self, *args: Any, **kwargs: Any) -> RemoteEnv:
+        env = await super().amake(*args, **kwargs)
+        self.made.append(env)
+        return env
+
+
 @pytest.mark.docker
 @pytest.mark.usefixtures("textgames_image")
 def test_killed_container_fails_only_its_episodes() -> None:
     killed: list[Sandbox] = []
     before: set[str] = set()
     seen: set[str] = set()
-    with EnvServerPool("docker", sessions_per_server=2, warm=1) as servers:
+    with RecordingPool("docker", sessions_per_server=2, warm=1) as servers:
 
         def kill() -> None:
+            # The server of the first env made: its episode is under way (at the third generate
+            # call it has played at most three of its six turns). A server that only has sessions
+            # still being made would cost no episode: a failed make is retried on another server.
             before.update(s.id for s in servers.sandboxes())
-            victim = servers.sandboxes()[0]
+            victim = servers.sandbox_of(servers.made[0])
             assert isinstance(victim, DockerSandbox)
             docker_client().api.kill(victim.container_id)  # failure injection: `docker kill`
+            # `docker kill` returns once the signal is sent: wait until the server is gone, or on
+            # a loaded machine it could still answer the steps its episodes have left.
+            eventually(lambda: not victim.alive())
             killed.append(victim)
 
-        # At the third generate call every first episode has played at most two of its six turns,
-        # so the victim's sessions have steps to come (a later call may fall between two of its
-        # episodes: the kill then hits a server whose sessions have all ended, and nothing fails).
         policy = KillingPolicy(at=3, kill=kill)
         episodes = collect(
             SOKOBAN,

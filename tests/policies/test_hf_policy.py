@@ -82,6 +82,29 @@ def test_greedy_output_does_not_depend_on_batch(policy):
     assert batched.response_ids == alone.response_ids and batched.text == alone.text
 
 
+def test_the_common_prompt_prefix_runs_once(policy):
+    """Prompts that start alike (here the chat template's default system prompt) share one
+    forward pass over their common prefix; each still gets what it gets alone."""
+    requests = [_request(p, max_tokens=6, temperature=0) for p in PROMPTS[:2]]
+    alone = [_generate(policy, [r])[0] for r in requests]
+    prompts = [g.prompt_ids for g in alone]
+    shared = next(i for i, (a, b) in enumerate(zip(*prompts)) if a != b)
+    assert shared >= 16  # long enough to be computed once
+    fed: list[int] = []
+    hook = policy.model.get_input_embeddings().register_forward_hook(
+        lambda _m, args, _o: fed.append(args[0].numel())
+    )
+    try:
+        batched = _generate(policy, requests)
+    finally:
+        hook.remove()
+    longest_rest = max(len(p) - shared for p in prompts)
+    assert fed[:2] == [shared, 2 * longest_rest]  # the prefix once, then each rest (left-padded)
+    for a, b in zip(alone, batched):
+        assert a.response_ids == b.response_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
 def test_seeded_sample_depends_only_on_its_seed(policy):
     sample = {"max_tokens": 16, "temperature": 1.0}
     alone = _generate(policy, [_request(OPEN, seed=7, **sample)])[0]
