@@ -10,7 +10,10 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["budget_batches", "left_pad"]
+__all__ = ["budget_batches", "left_pad", "shared_prefix_length"]
+
+MIN_SHARED_PREFIX = 16
+"""Shortest common prefix (tokens) worth a forward pass of its own."""
 
 
 def left_pad(
@@ -41,3 +44,15 @@ def budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
         else:
             batches.append([i])
     return batches
+
+
+def shared_prefix_length(sequences: Sequence[Sequence[int]], minimum: int = MIN_SHARED_PREFIX) -> int:
+    """Length of the token prefix that every one of several ``sequences`` starts with, less
+    than the shortest (each keeps a token to run after it); 0 when under ``minimum`` tokens or
+    for a single sequence. Run once, its keys and values serve every sequence."""
+    if len(sequences) < 2:
+        return 0
+    first, length = sequences[0], min(len(s) for s in sequences) - 1
+    for seq in sequences[1:]:
+        length = next((i for i in range(length) if seq[i] != first[i]), length)
+    return length if length >= minimum else 0

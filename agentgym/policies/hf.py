@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentgym.policies.batching import left_pad
+from agentgym.policies.batching import left_pad, shared_prefix_length
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policy import Generation, GenerationRequest, SamplingParams
 
@@ -226,16 +226,12 @@ class HFPolicy:
         (rows, cached length) and the position of the next token (rows,).
         """
         distinct, index = _unique(prompts)
-        shared = _common_prefix_length(distinct) if len(distinct) > 1 else 0
-        shared = min(shared, min(len(p) for p in distinct) - 1)  # each row keeps a token to run
-        cache = None
-        if shared >= _MIN_SHARED_PREFIX:
+        shared, cache = shared_prefix_length(distinct), None
+        if shared:
             prefix = torch.tensor([distinct[0][:shared]], device=self.device)
             cache = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
             cache.batch_repeat_interleave(len(distinct))
             distinct = [p[shared:] for p in distinct]
-        else:
-            shared = 0
         ids, mask, positions = left_pad(distinct, self.tokenizer.pad_token_id, self.device)
         mask = torch.cat([mask.new_ones(len(distinct), shared), mask], dim=-1)
         positions = positions + shared
@@ -309,18 +305,6 @@ class HFPolicy:
             ).logits[:, -1]
             next_position = next_position + 1
         return tokens.tolist(), logprobs.tolist(), lengths.tolist(), stopped.tolist()
-
-
-_MIN_SHARED_PREFIX = 16
-"""Shortest common prompt prefix (tokens) worth a forward pass of its own."""
-
-
-def _common_prefix_length(prompts: list[list[int]]) -> int:
-    """Length of the longest token prefix that every prompt starts with."""
-    first, length = prompts[0], min(len(p) for p in prompts)
-    for p in prompts[1:]:
-        length = next((i for i in range(length) if p[i] != first[i]), length)
-    return length
 
 
 def _unique(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
