@@ -77,6 +77,7 @@ TRAINING_FILES = frozenset(
         "test_search_igpo.py",
         "test_train_loop.py",
         "test_learner.py",
+        "test_distributed.py",
         "test_trl.py",
     }
 )

@@ -19,11 +19,19 @@ rows' value targets (turn-level GAE, ``credit.gae``), sharing the backbone with 
 Fine-tuning is full or LoRA (peft). The KL reference is a frozen copy of the initial weights
 (full fine-tune) or the base model with the adapter disabled (LoRA). Checkpoints hold the weights
 (or adapter), optimizer, scheduler, every RNG state and the step, and resume exactly.
+
+Data-parallel under torchrun (``trainers.distributed``): rank 0's learner sends each update's rows
+to the replicas on the other ranks (:meth:`Learner.follow`); each rank computes the gradient of its
+share of every mini-batch, and the gradients summed over the ranks are the one-process gradient of
+the whole mini-batch, so the update equals the one-process update to float tolerance. A checkpoint
+is rank 0's learner state, the same whatever the number of ranks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import math
 import random
 from collections.abc import Sequence
@@ -36,8 +44,9 @@ import torch
 
 from agentgym.episode import Episode
 from agentgym.files import atomic_path
-from agentgym.policies.batching import left_pad
+from agentgym.policies.batching import left_pad, shared_prefix_length
 from agentgym.policies.models import resolve_model
+from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
 
 __all__ = ["Learner", "LearnerConfig", "TrainingRow", "rows_from_episodes"]
@@ -113,6 +122,10 @@ class LearnerConfig:
     """Where the model trains: auto (CUDA when available), cpu, cuda, cuda:1, ..."""
     seed: int = 0
     """Seed of the initialization (value head, LoRA) and of every random number generator."""
+    dist_timeout_s: float = DEFAULT_TIMEOUT_S
+    """Under torchrun: seconds a rank waits for the others in one exchange before it fails
+    instead of hanging. The ranks other than 0 wait this long for each update while rank 0
+    collects and evaluates: make it longer than a step."""
 
     def __post_init__(self) -> None:
         self.lora_targets = list(self.lora_targets)
@@ -127,6 +140,8 @@ class LearnerConfig:
                 )
         if self.is_cap < 1.0:
             raise ValueError(f"learner.is_cap must be >= 1, got {self.is_cap}")
+        if self.dist_timeout_s <= 0:
+            raise ValueError(f"learner.dist_timeout_s must be > 0, got {self.dist_timeout_s}")
 
 
 @dataclass
@@ -169,6 +184,11 @@ def rows_from_episodes(
     ]
 
 
+def _prompt_order(row: TrainingRow) -> tuple[int, list[int]]:
+    """The order in which rows that share a prompt are neighbours, the longest prompts first."""
+    return -len(row.prompt_ids), row.prompt_ids
+
+
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
     """Row indices split so that each micro-batch's cost, distinct prompt prefixes x the longest
     prefix + rows x the longest suffix (see :meth:`Learner._forward`), is at most ``budget``
@@ -180,7 +200,7 @@ def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
             "a training row needs a prompt: its first response token is predicted "
             "from the prompt's last token"
         )
-    order = sorted(range(len(rows)), key=lambda i: (-len(rows[i].prompt_ids), rows[i].prompt_ids))
+    order = sorted(range(len(rows)), key=lambda i: _prompt_order(rows[i]))
     batches: list[list[int]] = []
     prefixes = longest_prefix = longest_suffix = 0
     for i in order:
@@ -202,15 +222,15 @@ def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
 
 
 class Learner:
-    """Holds the trainable model, its optimizer and reference, and updates them."""
+    """Holds the trainable model, its optimizer and reference, and updates them. ``world``: this
+    rank's place among torchrun's (its device follows ``LOCAL_RANK``); default: one process."""
 
-    def __init__(self, config: LearnerConfig):
+    def __init__(self, config: LearnerConfig, world: World | None = None):
         from transformers import AutoModelForCausalLM
 
         self.config = config
-        self.device = torch.device(
-            ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
-        )
+        self.world = world or World()
+        self.device = self.world.device(config.device)
         _seed_everything(config.seed)
         # Any: with LoRA the model becomes a PEFT model (and transformers' ``.to`` is typed
         # through functools.wraps, which mypy does not bind as a method).
@@ -267,10 +287,12 @@ class Learner:
         with ``values``, the value head's [rows] output at each row's last prompt token.
 
         Rows that share a prompt share its forward pass: each distinct prefix (the prompt less
-        its last token) runs once, its keys and values are copied to every row that has it, and
-        the suffixes (last prompt token + response) run on top. A group of GRPO members has one
-        first prompt, so this runs it once instead of ``group_size`` times; the gradient flows
-        through the shared keys and values, so the result is that of whole sequences.
+        its last token) runs once, after the part that all of them start with (a system prompt,
+        demonstrations), which runs once for all; the keys and values are copied to every row
+        that continues them, and the suffixes (last prompt token + response) run on top. A group
+        of GRPO members has one first prompt, so this runs it once instead of ``group_size``
+        times; the gradient flows through the shared keys and values, so the result is that of
+        whole sequences.
 
         Suffixes are left-padded, so every response ends at the last position and the LM head
         runs only on the last ``longest + 1`` positions. Outputs are right-aligned: row i's
@@ -289,17 +311,24 @@ class Learner:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             cache, attention = None, suffix_mask
             if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
-                prefix_ids, prefix_mask, prefix_positions = left_pad(list(distinct), 0, self.device)
+                prefixes = list(distinct)
+                shared = shared_prefix_length(prefixes)
+                if shared:  # what every prefix starts with (a system prompt) runs once
+                    first = torch.tensor([prefixes[0][:shared]], device=self.device)
+                    cache = model(input_ids=first, use_cache=True, logits_to_keep=1).past_key_values
+                    _select_rows(cache, torch.zeros(len(prefixes), dtype=torch.long, device=self.device))
+                    prefixes = [p[shared:] for p in prefixes]
+                prefix_ids, prefix_mask, _ = left_pad(prefixes, 0, self.device)
+                prefix_mask = torch.cat([prefix_mask.new_ones(len(prefixes), shared), prefix_mask], dim=1)
                 cache = model(
                     input_ids=prefix_ids,
                     attention_mask=prefix_mask,
-                    position_ids=prefix_positions,
+                    position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:],
+                    past_key_values=cache,
                     use_cache=True,
                     logits_to_keep=1,
                 ).past_key_values
-                for layer in cache.layers:
-                    layer.keys = layer.keys.index_select(0, which)
-                    layer.values = layer.values.index_select(0, which)
+                _select_rows(cache, which)
                 attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
             positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
             out = model(
@@ -358,7 +387,9 @@ class Learner:
 
     def update(self, rows: list[TrainingRow]) -> dict[str, float]:
         """PPO epochs over ``rows``; returns metrics averaged over optimizer steps, and
-        ``staleness_mean``, the mean over rows of ``step - policy_version`` before the update."""
+        ``staleness_mean``, the mean over rows of ``step - policy_version`` before the update.
+        Among several ranks, rank 0 calls it and the others run it from :meth:`follow`; each
+        rank computes its share of every mini-batch, and the metrics are of the whole batch."""
         cfg = self.config
         if not rows:
             return {"skipped_empty_batch": 1.0}
@@ -375,30 +406,41 @@ class Learner:
                 f"a row's generator logprobs do not match its response length "
                 f"(old_logprobs={cfg.old_logprobs!r} needs the generator's log-prob of every token)"
             )
-        old: Sequence[list[float] | None]
-        if cfg.old_logprobs == "generator":
-            old = generated
-        else:
-            old = [None] * len(rows) if single_step else self.logprobs(rows)
-        behaviour = generated if cfg.old_logprobs == "decoupled" else [None] * len(rows)
-        staleness = float(np.mean([self.step - r.policy_version for r in rows]))
-        use_kl = cfg.kl_coef > 0
-        history: list[dict[str, float]] = []
+        if self.world.is_main:
+            self.world.send(rows)  # the other ranks wait for them in follow()
+        # The mini-batch of each optimizer step, and this rank's share of it (all of it in one
+        # process), with the rows that share a prompt side by side.
+        plan: list[tuple[list[int], list[int]]] = []
         rng = random.Random(cfg.seed + self.step)
         for _ in range(cfg.ppo_epochs):
             order = list(range(len(rows)))
             rng.shuffle(order)
             size = math.ceil(len(order) / cfg.mini_batches)
             for start in range(0, len(order), size):
-                chosen = order[start : start + size]
-                history.append(
-                    self._optimizer_step(
-                        [rows[i] for i in chosen],
-                        [old[i] for i in chosen],
-                        [behaviour[i] for i in chosen],
-                        use_kl,
-                    )
-                )
+                chosen = sorted(order[start : start + size], key=lambda i: _prompt_order(rows[i]))
+                share = self.world.share([rows[i].length for i in chosen])
+                plan.append((chosen, [chosen[j] for j in share]))
+        old: list[list[float] | None] = [None] * len(rows)
+        if cfg.old_logprobs == "generator":
+            old = list(generated)
+        elif not single_step:
+            mine = sorted({i for _, share in plan for i in share})
+            for i, logprobs in zip(mine, self.logprobs([rows[i] for i in mine])):
+                old[i] = logprobs
+        behaviour = generated if cfg.old_logprobs == "decoupled" else [None] * len(rows)
+        staleness = float(np.mean([self.step - r.policy_version for r in rows]))
+        use_kl = cfg.kl_coef > 0
+        history = [
+            self._optimizer_step(
+                [rows[i] for i in share],
+                [old[i] for i in share],
+                [behaviour[i] for i in share],
+                use_kl,
+                batch_rows=len(chosen),
+                batch_tokens=sum(len(rows[i].response_ids) for i in chosen),
+            )
+            for chosen, share in plan
+        ]
         metrics = {k: float(np.mean([h[k] for h in history])) for k in history[0]}
         return {**metrics, "staleness_mean": staleness}
 
@@ -408,15 +450,19 @@ class Learner:
         old_logprobs: list[list[float] | None],
         behaviour_logprobs: list[list[float] | None],
         use_kl: bool,
+        batch_rows: int,
+        batch_tokens: int,
     ) -> dict[str, float]:
-        """One optimizer step on ``rows``; an old log-prob entry of ``None`` means "this model's
-        current values" (taken detached from the step's own forward pass). Rows with behaviour
-        log-probs get the decoupled loss; all rows or none have them."""
+        """One optimizer step on a mini-batch of ``batch_rows`` rows with ``batch_tokens``
+        response tokens, of which this rank has ``rows`` (all of them in one process; none is
+        fine); the loss and the metrics are the whole mini-batch's. An old log-prob entry of
+        ``None`` means "this model's current values" (taken detached from the step's own forward
+        pass). Rows with behaviour log-probs get the decoupled loss; all rows or none have
+        them."""
         cfg = self.config
         # Checked against their Literal types in LearnerConfig.__post_init__.
         aggregation = cast(Aggregation, cfg.aggregation)
         kl_estimator = cast(KLEstimator, cfg.kl_estimator)
-        total_tokens = sum(len(r.response_ids) for r in rows)
         sums: dict[str, float] = {
             "loss": 0.0,
             "pg_loss": 0.0,
@@ -458,9 +504,10 @@ class Learner:
                 behaviour_logp=behaviour,
                 is_cap=cfg.is_cap,
             )
-            # Weight each micro-batch by its share, so accumulation equals the whole mini-batch.
+            # Weight each micro-batch by its share, so accumulation (and the sum over the ranks)
+            # equals the whole mini-batch.
             share = (
-                int(mask.sum()) / total_tokens if cfg.aggregation == "token-mean" else len(batch) / len(rows)
+                int(mask.sum()) / batch_tokens if cfg.aggregation == "token-mean" else len(batch) / batch_rows
             )
             loss = out.loss * share
             if value is not None:
@@ -473,7 +520,7 @@ class Learner:
                     torch.ones_like(old_v, dtype=torch.bool),
                     clip=cfg.value_clip,
                 )
-                rows_share = len(batch) / len(rows)  # the value loss is a mean over rows
+                rows_share = len(batch) / batch_rows  # the value loss is a mean over rows
                 loss = loss + cfg.vf_coef * vf * rows_share
                 sums["vf_loss"] += rows_share * vf.item()
             loss.backward()
@@ -486,6 +533,7 @@ class Learner:
             sums["is_weight_mean"] += share * out.is_weight_mean.item()
             sums["is_truncated_frac"] += share * out.is_truncated_frac.item()
         params = [p for m in self._modules() for p in m.parameters() if p.requires_grad]
+        sums = self.world.sum_gradients(params, sums)
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -497,7 +545,7 @@ class Learner:
             **sums,
             "grad_norm": float(grad_norm),
             "lr": float(self.scheduler.get_last_lr()[0]),
-            "tokens": float(total_tokens),
+            "tokens": float(batch_tokens),
         }
 
     # --- checkpoints --------------------------------------------------------------------------
@@ -514,11 +562,9 @@ class Learner:
             state = {**state, **{f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}}
         return state
 
-    def save_checkpoint(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
-        """Write everything needed to resume exactly to ``path/learner.pt`` (atomically)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state = {
+    def _state(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything needed to resume exactly (what :meth:`_restore` takes)."""
+        return {
             "config": asdict(self.config),
             "weights": self.trainable_state(),
             "optimizer": self.optimizer.state_dict(),
@@ -527,13 +573,42 @@ class Learner:
             "rng": _rng_state(),
             "extra": extra or {},
         }
+
+    def save_checkpoint(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write everything needed to resume exactly to ``path/learner.pt`` (atomically). Among
+        several ranks rank 0 writes it, with its RNG states (the other ranks draw none)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
         with atomic_path(path / "learner.pt") as tmp:
-            torch.save(state, tmp)
+            torch.save(self._state(extra), tmp)
         return path / "learner.pt"
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
         """Restore a checkpoint written by :meth:`save_checkpoint`; returns its ``extra``."""
-        state = torch.load(Path(path) / "learner.pt", map_location=self.device, weights_only=False)
+        return self._restore(Path(path) / "learner.pt")
+
+    def share_state(self) -> None:
+        """Rank 0: send this learner's state (as a checkpoint holds it) to the other ranks,
+        which start :meth:`follow` by taking it, so that every replica starts from rank 0's
+        weights, optimizer, step and RNG states, also after a resume; nothing in one process."""
+        if self.world.size > 1:
+            buffer = io.BytesIO()
+            torch.save(self._state(), buffer)
+            self.world.send(buffer.getvalue())
+
+    def follow(self) -> None:
+        """A rank other than 0: take rank 0's state (:meth:`share_state`), then run each update
+        rank 0 sends (computing this rank's share of it), until rank 0 stops. Raises
+        ``RuntimeError`` when rank 0 sends nothing within ``dist_timeout_s``."""
+        with contextlib.suppress(Stopped):
+            self._restore(io.BytesIO(self.world.receive()))
+            while True:
+                self.update(self.world.receive())
+
+    def _restore(self, source: Path | io.BytesIO) -> dict[str, Any]:
+        """Load a state that :meth:`_state` made and ``torch.save`` wrote to ``source``; returns
+        its ``extra``."""
+        state = torch.load(source, map_location=self.device, weights_only=False)
         weights = dict(state["weights"])
         if self.value_head is not None:
             self.value_head.load_state_dict(
@@ -554,6 +629,14 @@ class Learner:
         self.step = state["step"]
         _set_rng_state(state["rng"])
         return state["extra"]
+
+
+def _select_rows(cache: Any, index: torch.Tensor) -> None:
+    """Make row i of every layer's keys and values those of row ``index[i]`` (a prefix's cache
+    copied to the rows that continue it; the gradient flows back to the shared rows)."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
 
 
 def _right_aligned(base: torch.Tensor, values: Sequence[list[float] | None]) -> torch.Tensor:

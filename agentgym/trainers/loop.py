@@ -10,7 +10,8 @@ snapshots (``opponent=league``, ``trainers.league``). Every step writes one JSON
 ``metrics.jsonl``, a checkpoint, and redraws ``learning_curve.png``. ``resume=True`` continues
 from the last checkpoint: in sync mode the tasks of step k come from the task sampler's saved
 state and every request's sampling seed is a function of (task seed, member, turn), so a resumed
-run repeats the uninterrupted one.
+run repeats the uninterrupted one. Under ``torchrun`` rank 0 runs all of this and the other ranks
+hold data-parallel replicas of the learner (``trainers.distributed``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from agentgym.registry import manifest
 from agentgym.rollout import Task, acollect
 from agentgym.trainers import credit
 from agentgym.trainers.async_loop import AsyncCollector
+from agentgym.trainers.distributed import World
 from agentgym.trainers.info_gain import answer_scores
 from agentgym.trainers.league import LATEST, League, LeagueConfig, Member
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
@@ -253,6 +255,7 @@ class TrainConfig:
             if value < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.make_sampler()  # bad sampler options fail now, not at the first step
+        World.from_env(self.learner.device, self.learner.dist_timeout_s)  # a bad torchrun launch, too
 
     def _check_league(self) -> None:
         """``ValueError`` for a string opponent other than ``league``, and for what a league
@@ -370,16 +373,17 @@ def _role_metrics(table: TurnTable) -> dict[str, float]:
 
 
 class Trainer:
-    """State of one run; :func:`train` drives it."""
+    """State of one run; :func:`train` drives it. ``world``: under torchrun, rank 0's (the
+    learner's replicas on the other ranks take its state and updates); default: one process."""
 
-    def __init__(self, cfg: TrainConfig):
+    def __init__(self, cfg: TrainConfig, world: World | None = None):
         from agentgym.policies.hf import HFPolicy
         from agentgym.policies.models import load_tokenizer
 
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.learner = Learner(cfg.learner)
+        self.learner = Learner(cfg.learner, world)
         self.sampler = cfg.make_sampler()
         self.progress: Any = None  # SPA's estimator, made on first use
         self.start_step = 0
@@ -401,6 +405,7 @@ class Trainer:
             self._truncate_metrics(self.start_step)
         elif (self.out / "metrics.jsonl").exists():
             (self.out / "metrics.jsonl").unlink()
+        self.learner.share_state()  # the learner's replicas on the other ranks start from its state
         self.policy: HFPolicy | VLLMPolicy
         if cfg.generator == "hf":
             # mode=async generates while the learner updates: on a copy of the weights, which
@@ -813,13 +818,27 @@ async def _steps(trainer: Trainer) -> AsyncIterator[Callable[[int], Awaitable[di
         yield collector.run_step
 
 
-async def atrain(cfg: TrainConfig, baseline: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+async def atrain(
+    cfg: TrainConfig, baseline: dict[str, Any] | None = None, world: World | None = None
+) -> list[dict[str, Any]]:
     """Run (or resume) training; return the metric records of the steps run now. ``baseline``:
     the evaluation of the untrained policy, when another run already made it (same model, tasks
     and sampling seeds); else it is run here. Each record gets ``elapsed_s``, the seconds since
     this run (or resume) started, the model's loading left out; ``eval_s`` in a record is the
-    part of them its evaluation took."""
-    trainer = Trainer(cfg)
+    part of them its evaluation took. ``world``: under torchrun (:func:`train` makes it), rank 0
+    runs the training and every other rank holds a replica of the learner until rank 0 is done,
+    also when it fails, and returns no records; default: one process."""
+    world = world or World()
+    if not world.is_main:
+        Learner(cfg.learner, world).follow()  # blocking: nothing else runs on this rank
+        return []
+    with world.leading():
+        return await _run(cfg, baseline, world)
+
+
+async def _run(cfg: TrainConfig, baseline: dict[str, Any] | None, world: World) -> list[dict[str, Any]]:
+    """Rank 0's part of :func:`atrain`: all of it."""
+    trainer = Trainer(cfg, world)
     records = []
     started = time.perf_counter()
     try:
@@ -854,15 +873,14 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
     """Run (or resume) training, then the ``compare_with`` run if asked, then print
     :func:`train_summary`; the metric records of the main run's steps run now."""
     started = time.perf_counter()
-    records = asyncio.run(atrain(cfg))
-    other = None
-    if cfg.compare_with is not None:
-        other = replace(
-            cfg,
-            estimator=cfg.compare_with,
-            compare_with=None,
-            out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}",
-        )
+    world = World.from_env(cfg.learner.device, cfg.learner.dist_timeout_s).join()
+    if not world.is_main:  # a replica of the learner in each of rank 0's runs
+        asyncio.run(atrain(cfg, world=world))
+        if (other := _comparison(cfg)) is not None:
+            asyncio.run(atrain(other, world=world))
+        return []
+    records = asyncio.run(atrain(cfg, world=world))
+    if (other := _comparison(cfg)) is not None:
         console.print(f"comparison run: estimator={other.estimator} into {other.out_dir}")
         # Both runs start from the same weights and evaluate the same tasks with the same
         # sampling seeds: the main run's baseline evaluation is the comparison's too.
@@ -875,7 +893,7 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
             ),
             None,
         )
-        asyncio.run(atrain(other, baseline))
+        asyncio.run(atrain(other, baseline, world))
         plot_comparison(
             {cfg.estimator: Path(cfg.out_dir), other.estimator: Path(other.out_dir)},
             Path(cfg.out_dir) / "comparison.png",
@@ -889,6 +907,18 @@ def train(cfg: TrainConfig) -> list[dict[str, Any]]:
         soft_wrap=True,
     )
     return records
+
+
+def _comparison(cfg: TrainConfig) -> TrainConfig | None:
+    """The ``compare_with`` run of ``cfg`` (into ``<out_dir>-<estimator>``), if it asks one."""
+    if cfg.compare_with is None:
+        return None
+    return replace(
+        cfg,
+        estimator=cfg.compare_with,
+        compare_with=None,
+        out_dir=f"{cfg.out_dir.rstrip('/')}-{cfg.compare_with}",
+    )
 
 
 def _duration(seconds: float) -> str:
