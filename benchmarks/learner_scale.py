@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import torch.multiprocessing as mp
 from rich.console import Console
 from rich.table import Table
 
-from agentgym.trainers.distributed import World
+from agentgym.trainers.distributed import World, local_launch
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow
 
 
@@ -106,15 +105,7 @@ def _rank(rank: int, env: dict[str, str], args: argparse.Namespace, out: Path) -
 def measure(processes: int, args: argparse.Namespace) -> tuple[float, float]:
     """Seconds of the fastest update with ``processes`` gloo ranks on this machine, and of its
     exchange alone."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": str(processes),
-        "OMP_NUM_THREADS": str(args.threads),
-    }
+    env = {**local_launch(processes), "OMP_NUM_THREADS": str(args.threads)}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "seconds.json"
         mp.start_processes(_rank, (env, args, out), nprocs=processes, start_method="spawn")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Stopped", "World"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Stopped", "World", "local_launch"]
 
 #: Seconds a rank waits in one collective (the other ranks: for rank 0's next update, which
 #: comes after a whole step's collection and evaluation) before it fails.
@@ -218,6 +219,15 @@ class World:
             dist.all_reduce(flat)
             for t, part in zip(bucket, flat.split([t.numel() for t in bucket])):
                 t.copy_(part.view_as(t))
+
+
+def local_launch(ranks: int) -> dict[str, str]:
+    """The variables torchrun would give every process of a ``ranks``-process world on this
+    machine, less each one's ``RANK`` and ``LOCAL_RANK``: a free loopback port to meet on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(ranks)}
 
 
 def _int_env(name: str, default: int) -> int:

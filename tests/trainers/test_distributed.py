@@ -13,7 +13,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from agentgym.trainers.distributed import Stopped, World
+from agentgym.trainers.distributed import Stopped, World, local_launch
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow
 from agentgym.trainers.loop import TrainConfig
 
@@ -119,15 +118,7 @@ def spawn(
     """Run ``work(world, *args)`` as the ranks of one gloo world of ``ranks`` processes (the
     world's collectives time out after ``timeout_s``); raise if one fails, and kill them all
     past ``deadline_s``."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": str(ranks),
-        "TIMEOUT_S": str(timeout_s),
-    }
+    env = {**local_launch(ranks), "TIMEOUT_S": str(timeout_s)}
     context = mp.start_processes(_rank, (env, work, args), nprocs=ranks, join=False, start_method="spawn")
     deadline = time.monotonic() + deadline_s
     try:
