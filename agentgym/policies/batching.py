@@ -7,10 +7,11 @@ runs only on the last positions (``logits_to_keep``), and the positions that mat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-__all__ = ["budget_batches", "left_pad", "shared_prefix_length"]
+__all__ = ["budget_batches", "left_pad", "prefix_cached", "shared_prefix_length"]
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prefix (tokens) worth a forward pass of its own."""
@@ -56,3 +57,23 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]], minimum: int = MIN_
     for seq in sequences[1:]:
         length = next((i for i in range(length) if seq[i] != first[i]), length)
     return length if length >= minimum else 0
+
+
+def prefix_cached(
+    model: Any, sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(cache, ids, mask, positions) to run ``sequences`` through ``model`` with the prefix they
+    all start with (:func:`shared_prefix_length`) computed once: ``cache`` holds its keys and
+    values, run for one row and repeated for every sequence (``None`` when there is none worth
+    it); ``ids`` are the rest of each sequence, left-padded after it (the padding sits between
+    the prefix and the rest); ``mask`` covers prefix and rest, (rows, shared + longest rest);
+    ``positions`` are those of the rest, counting real tokens only. Pass all four to the next
+    forward pass; a gradient flows back through the shared keys and values."""
+    shared, cache = shared_prefix_length(sequences), None
+    if shared:
+        prefix = torch.tensor([list(sequences[0][:shared])], device=device)
+        cache = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+        cache.batch_repeat_interleave(len(sequences))
+        sequences = [s[shared:] for s in sequences]
+    ids, mask, positions = left_pad(sequences, pad_id, device)
+    return cache, ids, torch.cat([mask.new_ones(len(sequences), shared), mask], dim=-1), positions + shared

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentgym.policies.batching import left_pad, shared_prefix_length
+from agentgym.policies.batching import prefix_cached
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policy import Generation, GenerationRequest, SamplingParams
 
@@ -226,15 +226,9 @@ class HFPolicy:
         (rows, cached length) and the position of the next token (rows,).
         """
         distinct, index = _unique(prompts)
-        shared, cache = shared_prefix_length(distinct), None
-        if shared:
-            prefix = torch.tensor([distinct[0][:shared]], device=self.device)
-            cache = self.model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
-            cache.batch_repeat_interleave(len(distinct))
-            distinct = [p[shared:] for p in distinct]
-        ids, mask, positions = left_pad(distinct, self.tokenizer.pad_token_id, self.device)
-        mask = torch.cat([mask.new_ones(len(distinct), shared), mask], dim=-1)
-        positions = positions + shared
+        cache, ids, mask, positions = prefix_cached(
+            self.model, distinct, self.tokenizer.pad_token_id, self.device
+        )
         out = self.model(
             input_ids=ids,
             attention_mask=mask,

@@ -198,22 +198,28 @@ class World:
         ranks likewise, in the same collectives; nothing for one process."""
         if self.size == 1:
             return metrics
+        grads = []
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
+            grads.append(p.grad)
         totals = torch.tensor(list(metrics.values()), dtype=torch.float64, device=params[0].device)
-        self._all_reduce([*(p.grad for p in params if p.grad is not None), totals])
+        self._all_reduce([*grads, totals])
         return dict(zip(metrics, totals.tolist()))
 
     def _all_reduce(self, tensors: Sequence[torch.Tensor]) -> None:
         """Sum ``tensors`` over the ranks in place: one collective per bucket of tensors of one
         dtype and device, of at most :data:`_BUCKET` elements."""
         buckets: dict[tuple[torch.dtype, torch.device], list[list[torch.Tensor]]] = {}
+        filled: dict[tuple[torch.dtype, torch.device], int] = {}  # elements in each key's last bucket
         for t in tensors:
-            runs = buckets.setdefault((t.dtype, t.device), [[]])
-            if runs[-1] and sum(x.numel() for x in runs[-1]) + t.numel() > _BUCKET:
+            key = (t.dtype, t.device)
+            runs = buckets.setdefault(key, [[]])
+            if runs[-1] and filled[key] + t.numel() > _BUCKET:
                 runs.append([])
+                filled[key] = 0
             runs[-1].append(t)
+            filled[key] = filled.get(key, 0) + t.numel()
         for bucket in (b for runs in buckets.values() for b in runs):
             flat = torch.cat([t.reshape(-1) for t in bucket])
             dist.all_reduce(flat)

@@ -44,7 +44,7 @@ import torch
 
 from agentgym.episode import Episode
 from agentgym.files import atomic_path
-from agentgym.policies.batching import left_pad, shared_prefix_length
+from agentgym.policies.batching import left_pad, prefix_cached
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
@@ -311,24 +311,19 @@ class Learner:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             cache, attention = None, suffix_mask
             if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
-                prefixes = list(distinct)
-                shared = shared_prefix_length(prefixes)
-                if shared:  # what every prefix starts with (a system prompt) runs once
-                    first = torch.tensor([prefixes[0][:shared]], device=self.device)
-                    cache = model(input_ids=first, use_cache=True, logits_to_keep=1).past_key_values
-                    _select_rows(cache, torch.zeros(len(prefixes), dtype=torch.long, device=self.device))
-                    prefixes = [p[shared:] for p in prefixes]
-                prefix_ids, prefix_mask, _ = left_pad(prefixes, 0, self.device)
-                prefix_mask = torch.cat([prefix_mask.new_ones(len(prefixes), shared), prefix_mask], dim=1)
+                # what every prefix starts with (a system prompt) runs once, then each prefix
+                cache, prefix_ids, prefix_mask, prefix_positions = prefix_cached(
+                    model, list(distinct), 0, self.device
+                )
                 cache = model(
                     input_ids=prefix_ids,
                     attention_mask=prefix_mask,
-                    position_ids=(prefix_mask.cumsum(-1) - 1).clamp(min=0)[:, shared:],
+                    position_ids=prefix_positions,
                     past_key_values=cache,
                     use_cache=True,
                     logits_to_keep=1,
                 ).past_key_values
-                _select_rows(cache, which)
+                cache.batch_select_indices(which)
                 attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
             positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
             out = model(
@@ -629,14 +624,6 @@ class Learner:
         self.step = state["step"]
         _set_rng_state(state["rng"])
         return state["extra"]
-
-
-def _select_rows(cache: Any, index: torch.Tensor) -> None:
-    """Make row i of every layer's keys and values those of row ``index[i]`` (a prefix's cache
-    copied to the rows that continue it; the gradient flows back to the shared rows)."""
-    for layer in cache.layers:
-        layer.keys = layer.keys.index_select(0, index)
-        layer.values = layer.values.index_select(0, index)
 
 
 def _right_aligned(base: torch.Tensor, values: Sequence[list[float] | None]) -> torch.Tensor:
