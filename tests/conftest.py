@@ -43,14 +43,16 @@ if WORKER is not None:
     tempfile.tempdir = None
     # Torch's threads in this worker: its share of the cores. Two workers that both compute with
     # a thread per core make every parallel region wait for a descheduled thread (a small collect
-    # took 13 s so, 3 s with one thread each). Subprocesses (vLLM servers, CLI runs) keep theirs.
+    # took 13 s so, 3 s with one thread each). CLI subprocesses inherit the share through
+    # OMP_NUM_THREADS (vLLM's CPU workers bind their own threads).
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    os.environ["OMP_NUM_THREADS"] = str(_threads)
     try:
         import torch
     except ImportError:
         pass
     else:
-        _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
+        torch.set_num_threads(_threads)
 
 #: Test files whose tests kill owners of sandboxes and run ``agentgym sandbox gc`` (which removes
 #: what any dead owner on the machine left) or fill the Docker daemon with containers.

@@ -110,10 +110,10 @@ def test_signaling_learns_beside_the_bot(tmp_path):
     cfg = TrainConfig.from_dict(
         {
             **SIGNALING,
-            "steps": 4,
+            "steps": 3,
             "tasks_per_step": 4,
             "group_size": 8,
-            "eval_every": 4,
+            "eval_every": 3,
             "eval_tasks": 32,
             "out_dir": str(tmp_path),
         }
