@@ -17,9 +17,10 @@
                                         build env families' container images (default: all);
                                         --offline-base first builds agentgym/base:bookworm
                                         with mmdebstrap (no registry needed) and builds on it
-    agentgym sandbox gc [--older-than S] [--all]
+    agentgym sandbox gc [--older-than S] [--all] [--docker-host URL ...]
                                         remove sandboxes that crashed processes left behind
-                                        (--all: also those of live processes)
+                                        (--all: also those of live processes) on this machine
+                                        and on each Docker daemon named
     agentgym --version
 
 Env families add their own commands (``agentgym.commands`` entry points): the search family's
@@ -328,7 +329,8 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_sandbox_gc(args: argparse.Namespace) -> int:
     from agentgym.sandbox import gc
 
-    report = gc(older_than_s=args.older_than, only_dead_owners=not args.all)
+    hosts = args.docker_host or [None]
+    report = gc(older_than_s=args.older_than, only_dead_owners=not args.all, docker_hosts=hosts)
     console.print(str(report), highlight=False, markup=False)
     return 0
 
@@ -430,6 +432,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--all", action="store_true", help="also sandboxes of processes still running (stop them first)"
+    )
+    p.add_argument(
+        "--docker-host",
+        action="append",
+        metavar="URL",
+        help="a Docker daemon to clean (unix://, tcp:// or ssh:// URL; repeat for several; "
+        "default: the default daemon)",
     )
     p.set_defaults(func=cmd_sandbox_gc)
     add_family_commands(sub)

@@ -522,8 +522,8 @@ class EpisodeRunner:
             raise ValueError(
                 "sandbox= and cluster= need an env id, not a factory: the env is made on its server"
             )
-        if sandbox is not None and cluster is not None:
-            raise ValueError("give sandbox= or cluster=, not both")
+        if cluster is not None and sandbox is not None and not isinstance(sandbox, str):
+            raise ValueError("with cluster=, sandbox= is a backend name ('local' or 'docker'), not a pool")
         self.env, self.env_id, self.policy = env, _env_id(env), policy
         self.max_turns, self.prompter, self.env_kwargs = max_turns, prompter, env_kwargs or {}
         self.sampling, self.timeouts = sampling or SamplingParams(), timeouts or Timeouts()
@@ -638,7 +638,8 @@ async def acollect(
         cluster: run the envs on env servers in Ray actors across a Ray cluster
             (:class:`~agentgym.hosting.ray.RayEnvServerPool`, ``agentgym[ray]``, started for
             this call and stopped at its end): ``"local"`` (a Ray instance for the call),
-            ``"auto"`` (the cluster of ``ray start``) or its address. Not with ``sandbox``.
+            ``"auto"`` (the cluster of ``ray start``) or its address. With ``sandbox="local"``
+            or ``"docker"``, each server runs in a sandbox of that backend on its node.
         retries: times an episode that ended with an error (an infrastructure failure: a dead
             sandbox, a failed policy call, a timeout, an env's ``info["error"]``) is run again
             from its start, on a fresh env; the returned episode lists the discarded attempts'
@@ -722,11 +723,12 @@ def _env_factory(
 async def _server_pool(
     sandbox: Backend | ServerPool | None, cluster: str | None
 ) -> tuple[ServerPool | None, bool]:
-    """The env server pool for ``sandbox=`` or ``cluster=``, and whether the caller owns it."""
+    """The env server pool for ``sandbox=`` and ``cluster=``, and whether the caller owns it."""
     if cluster is not None:
         from agentgym.hosting import RayEnvServerPool  # Ray loads only when used
 
-        return await asyncio.to_thread(RayEnvServerPool, cluster), True  # ray.init blocks
+        backend = sandbox if isinstance(sandbox, str) else None
+        return await asyncio.to_thread(RayEnvServerPool, cluster, sandbox=backend), True  # ray.init blocks
     if sandbox is None or not isinstance(sandbox, str):
         return sandbox, False
     from agentgym.hosting import EnvServerPool  # sandboxes load only when used

@@ -60,6 +60,7 @@ SANDBOX_FILES = frozenset(
     {
         "test_sandbox.py",
         "test_sandbox_docker.py",
+        "test_docker_hosts.py",
         "test_sandboxed_envs.py",
         "test_harness.py",
         "test_harness_image.py",

@@ -176,10 +176,14 @@ class EvalConfig:
     """With a sandbox: spare sandboxes kept started, their env server running."""
     sandbox_sessions: int = 16
     """With a sandbox or a cluster: env sessions per env server."""
+    docker_hosts: list[str] = field(default_factory=list)
+    """With sandbox=docker: the Docker daemons to spread the env servers over (unix://, tcp://
+    or ssh:// URLs; each new server goes to the least-loaded); empty: the default daemon."""
     cluster: str | None = None
     """Run the env servers in Ray actors across a Ray cluster (``agentgym[ray]``): local (a Ray
     instance for the run), auto (the cluster of ``ray start``, or ``$RAY_ADDRESS``) or the
-    head's address; null: not. Not with ``sandbox``."""
+    head's address; null: not. With ``sandbox``, each server runs in a sandbox of that backend
+    on its node."""
     retries: int = 2
     """Reruns of an episode that hit an infrastructure error (a dead sandbox, a failed env or
     policy call), each from its start on a fresh env."""
@@ -371,8 +375,6 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     suite, versus = _versus(cfg, suite_from_config(config))
     backend = _backend(cfg.sandbox)
     games = [e.name for e in suite.entries if e.games]
-    if backend is not None and cfg.cluster is not None:
-        raise EvalSetupError("give sandbox= or cluster=, not both")
     if (backend is not None or cfg.cluster is not None) and games:
         raise SuiteError(
             f"entries {games} play multi-agent games, which run in this process: "
@@ -416,19 +418,24 @@ def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite) -> Serv
     if cfg.cluster is not None:
         from agentgym.hosting import RayEnvServerPool  # only cluster runs load Ray
 
-        return RayEnvServerPool(cfg.cluster, sessions_per_server=cfg.sandbox_sessions)
+        return RayEnvServerPool(cfg.cluster, sessions_per_server=cfg.sandbox_sessions, sandbox=backend)
     if backend is None:
         return None
     from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
     from agentgym.sandbox.gc import gc
 
     # What killed runs left (the run being resumed, most likely): their owners are dead.
-    reclaimed = gc(docker=backend == "docker")
+    hosts = list(cfg.docker_hosts)
+    if hosts and backend != "docker":
+        raise EvalSetupError(f"docker_hosts need sandbox=docker, not sandbox={backend}")
+    reclaimed = gc(docker=backend == "docker", docker_hosts=hosts or [None])
     if reclaimed.containers or reclaimed.dirs or reclaimed.cgroups:
         console.print(
             f"agentgym eval: {str(reclaimed).splitlines()[0]} that dead runs left behind", highlight=False
         )
-    servers = EnvServerPool(backend, warm=cfg.sandbox_warm, sessions_per_server=cfg.sandbox_sessions)
+    servers = EnvServerPool(
+        backend, warm=cfg.sandbox_warm, sessions_per_server=cfg.sandbox_sessions, docker_hosts=hosts
+    )
     try:
         for spec_env in {servers.spec(e.env): e.env for e in suite.entries}.values():
             servers.prewarm(spec_env)

@@ -55,6 +55,7 @@ RESULT_NEUTRAL_KEYS = frozenset(
         "sandbox",
         "sandbox_warm",
         "sandbox_sessions",
+        "docker_hosts",
         "cluster",
         "retries",
         "max_infra_errors",

@@ -18,6 +18,7 @@ import httpx
 
 from agentgym.http import http_client
 from agentgym.sandbox.base import Sandbox, SandboxError, SandboxProcess
+from agentgym.server.auth import TOKEN_ENV
 
 __all__ = ["SERVER_SOCKET", "python_in", "server_answers", "server_command", "start_server", "why_gone"]
 
@@ -43,11 +44,12 @@ def server_command(sb: Sandbox) -> list[str]:
     ]
 
 
-def start_server(sb: Sandbox, *, timeout_s: float = 120.0) -> SandboxProcess:
+def start_server(sb: Sandbox, *, timeout_s: float = 120.0, token: str | None = None) -> SandboxProcess:
     """Spawn the env server in ``sb`` and wait (at most ``timeout_s`` seconds) until it accepts
-    connections; the server's process. Raises :class:`SandboxError` (it exited first; its log
-    attached) or ``TimeoutError``, after killing it."""
-    process = sb.spawn(server_command(sb))
+    connections; the server's process. With ``token``, every request must carry it (for a
+    socket that others reach through a relay). Raises :class:`SandboxError` (it exited first;
+    its log attached) or ``TimeoutError``, after killing it."""
+    process = sb.spawn(server_command(sb), env=None if token is None else {TOKEN_ENV: token})
     try:
         sb.wait_for_endpoint(SERVER_SOCKET, timeout_s=timeout_s, process=process)
     except BaseException:

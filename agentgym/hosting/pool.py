@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from agentgym.hosting.envserver import SERVER_SOCKET, server_answers, start_server, why_gone
@@ -92,6 +92,10 @@ class EnvServerPool(SessionPlacer[SandboxSpec, _Server]):
         idle_s: seconds after which unused warm sandboxes are closed.
         startup_timeout_s: seconds a new server may take to accept connections.
         session: ``agentgym.session`` label of the containers (docker).
+        docker_hosts: Docker daemons to spread the sandboxes over (docker; URLs, see
+            :mod:`agentgym.sandbox.daemon`): each new one goes to the least-loaded. On a remote
+            daemon the server is reached over the Docker API
+            (:class:`~agentgym.sandbox.forward.SocketForward`). Default: the default daemon.
 
     Thread-safe; :meth:`make` (blocking) and :meth:`amake` (async) may be mixed. Usable as a
     (sync) context manager; :meth:`close` closes every sandbox, in use or warm. :meth:`make`
@@ -108,11 +112,15 @@ class EnvServerPool(SessionPlacer[SandboxSpec, _Server]):
         idle_s: float = 300.0,
         startup_timeout_s: float = 120.0,
         session: str | None = None,
+        docker_hosts: Sequence[str] = (),
     ) -> None:
         if backend not in ("local", "docker"):
             raise ValueError(f"unknown sandbox backend {backend!r}; choose 'local' or 'docker'")
+        if docker_hosts and backend != "docker":
+            raise ValueError(f"docker_hosts are for the docker backend, not {backend!r}")
         super().__init__(sessions_per_server=sessions_per_server)
         self.backend: Backend = backend
+        self.docker_hosts = tuple(docker_hosts)
         self.startup_timeout_s = startup_timeout_s
         self._processes: weakref.WeakKeyDictionary[Sandbox, SandboxProcess]
         self._processes = weakref.WeakKeyDictionary()
@@ -125,7 +133,7 @@ class EnvServerPool(SessionPlacer[SandboxSpec, _Server]):
 
     def spec(self, env_id: str) -> SandboxSpec:
         """The sandbox spec that serves ``env_id``; ``UnknownEnvError`` for unknown ids."""
-        return SandboxSpec.for_env(env_id, self.backend)
+        return SandboxSpec.for_env(env_id, self.backend, hosts=self.docker_hosts)
 
     def sandbox_of(self, env: RemoteEnv) -> Sandbox:
         """The sandbox whose server hosts ``env`` (``KeyError`` for envs not made here)."""

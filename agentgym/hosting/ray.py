@@ -15,9 +15,13 @@ up. A process already connected to Ray (``ray.init``) keeps that connection: the
 One actor is one env server: the app of ``agentgym serve``, served by the actor's process on a
 TCP port of its node (the node's IP as Ray knows it; ``127.0.0.1`` with ``"local"``), with a
 bearer token made for it alone and handed only to this pool's clients (every caller that can
-reach Ray can run code on its nodes anyway). The server runs in the actor's process, no sandbox
-around it: an actor that dies takes its envs with it. Clients reach it directly, each server's
-sessions through one shared connection pool; Ray carries nothing of an episode.
+reach Ray can run code on its nodes anyway). Without ``sandbox`` the server runs in the actor's
+process: an actor that dies takes its envs with it. With ``sandbox="local"`` or ``"docker"``
+the actor starts the server in a sandbox of that backend on its node (as
+:class:`~agentgym.hosting.EnvServerPool` does; ``docker`` servers ask for the node resource
+``docker``), the server requires the token, and the actor relays its TCP port to the sandbox's
+socket. Clients reach it directly, each server's sessions through one shared connection pool;
+Ray carries nothing of an episode.
 
 Placement: an env's servers ask Ray for its manifest's :class:`~agentgym.registry.Resources`
 (``cpus``, fractional ones too, and ``memory_mb``) and for one unit of each custom resource its
@@ -44,6 +48,7 @@ Lifetime: a server whose last session ended stays up for the pool's next session
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import secrets
@@ -56,18 +61,22 @@ from typing import Any
 
 import gymnasium as gym
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import SchedulingStrategyT
 
+from agentgym.hosting.envserver import SERVER_SOCKET, start_server, why_gone
 from agentgym.hosting.placing import PlacedServer, SessionPlacer
 from agentgym.hosting.pool import SESSIONS_PER_SERVER
 from agentgym.registry import EnvManifest, manifest, register
+from agentgym.sandbox.base import Sandbox, SandboxProcess
+from agentgym.sandbox.spec import Backend, SandboxSpec
 from agentgym.server.app import ServerConfig, create_app
 from agentgym.server.client import RemoteEnv
 from agentgym.server.errors import EnvServerUnavailable
 from agentgym.server.serve import GRACEFUL_SHUTDOWN_S, uvicorn_server
 
 __all__ = [
+    "DOCKER_RESOURCE",
     "PACKAGE_RESOURCES",
     "EnvServerActor",
     "Placement",
@@ -79,6 +88,9 @@ __all__ = [
 #: The custom Ray resource that an env's servers need, by a system package its manifest names:
 #: one unit per server, on a node that offers it (``ray start --resources``).
 PACKAGE_RESOURCES: Mapping[str, str] = {"xvfb": "desktop", "chromium": "chromium"}
+#: The custom Ray resource a server in a ``docker`` sandbox needs: one unit, on a node whose
+#: Docker daemon runs its containers (``ray start --resources='{"docker": N}'``).
+DOCKER_RESOURCE = "docker"
 
 MIB = 1 << 20
 #: Seconds a diagnosis waits for Ray to report a server's actor dead.
@@ -86,6 +98,9 @@ _DIAGNOSE_WAIT_S = 1.0
 _POLL_S = 0.01
 #: Actor threads: ``serve`` holds one for the server's life; ``ready`` and ``stop`` need others.
 _ACTOR_THREADS = 4
+#: How often a relaying actor checks that its sandboxed server still runs (seconds).
+_WATCH_S = 0.5
+_CHUNK = 1 << 16
 _SPREAD: SchedulingStrategyT = "SPREAD"
 #: A line of an actor's particulars in Ray's message of its death (``\tpid: 123``).
 _PARTICULAR = re.compile(r"\t\w+: ")
@@ -105,13 +120,18 @@ class Placement:
     custom: tuple[tuple[str, float], ...] = ()
 
     @classmethod
-    def for_env(cls, source: EnvManifest | str, *, cpus: float | None = None) -> Placement:
+    def for_env(
+        cls, source: EnvManifest | str, *, cpus: float | None = None, sandbox: Backend | None = None
+    ) -> Placement:
         """The placement of an env's servers (a manifest or a registered id): ``cpus`` (default:
         the manifest's), the manifest's ``memory_mb``, one unit of each of its
-        :data:`PACKAGE_RESOURCES`."""
+        :data:`PACKAGE_RESOURCES`, and of :data:`DOCKER_RESOURCE` for ``sandbox="docker"``."""
         m = manifest(source) if isinstance(source, str) else source
-        custom = sorted({r: 1.0 for p, r in PACKAGE_RESOURCES.items() if p in m.system_packages}.items())
-        return cls(m.resources.cpus if cpus is None else cpus, m.resources.memory_mb, tuple(custom))
+        custom = {r: 1.0 for p, r in PACKAGE_RESOURCES.items() if p in m.system_packages}
+        if sandbox == "docker":
+            custom[DOCKER_RESOURCE] = 1.0
+        cpus = m.resources.cpus if cpus is None else cpus
+        return cls(cpus, m.resources.memory_mb, tuple(sorted(custom.items())))
 
     def demand(self) -> dict[str, float]:
         """The Ray resources, by Ray's names (``memory`` in bytes)."""
@@ -169,35 +189,62 @@ class ServerInfo:
 
 
 class EnvServerActor:
-    """An env server in the process of a Ray actor (:class:`RayEnvServerPool` makes them).
+    """An env server in the process of a Ray actor (:class:`RayEnvServerPool` makes them), or,
+    with ``sandbox``, in a sandbox of that backend on the actor's node, its socket relayed.
 
-    The constructor registers the env if need be and binds a TCP port of ``host`` (``None``:
-    the node's IP); :meth:`serve` serves until :meth:`stop` (the actor runs it in a thread of
-    its own for the server's life: its result tells the pool that the server ended, or, as an
-    error, that the actor died); :meth:`ready` waits until the server accepts connections.
+    The constructor registers the env if need be (in the actor's process only), binds a TCP
+    port of ``host`` (``None``: the node's IP) and, with ``sandbox``, starts the server of
+    ``env_id``'s sandbox spec there (requiring ``token``); :meth:`serve` serves until :meth:`stop`
+    (the actor runs it in a thread of its own for the server's life: its result tells the pool
+    that the server ended, or, as an error, that the actor died or why the sandboxed server
+    stopped); :meth:`ready` waits until the server accepts connections.
     """
 
-    def __init__(self, host: str | None, token: str, registration: _Registration | None):
+    def __init__(
+        self,
+        host: str | None,
+        token: str,
+        registration: _Registration | None,
+        env_id: str = "",
+        sandbox: Backend | None = None,
+    ):
         if registration is not None:
             registration.apply()
         self.host = host or ray.util.get_node_ip_address()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         self._socket = socket.create_server((self.host, 0), family=family, backlog=4096)
-        # The pool that made the token is this server's only client: it may set any kwarg.
-        self._server = uvicorn_server(create_app(ServerConfig(token=token, allowed_kwargs=None)))
         self._ended = threading.Event()
+        self._stopping = threading.Event()
+        self._server: Any = None
+        self._sandbox: Sandbox | None = None
+        if sandbox is None:
+            # The pool that made the token is this server's only client: it may set any kwarg.
+            self._server = uvicorn_server(create_app(ServerConfig(token=token, allowed_kwargs=None)))
+            return
+        self._sandbox = SandboxSpec.for_env(env_id, sandbox).create().start()
+        try:
+            self._process = start_server(self._sandbox, token=token)
+        except BaseException:
+            self._sandbox.close()
+            self._socket.close()
+            raise
 
     def serve(self) -> None:
-        """Serve until :meth:`stop`; every env is closed before this returns."""
+        """Serve until :meth:`stop`; every env is closed (its sandbox too) before this returns."""
         try:
-            self._server.run(sockets=[self._socket])
+            if self._sandbox is not None:
+                asyncio.run(_relay(self._socket, self._sandbox, self._process, self._stopping))
+            else:
+                self._server.run(sockets=[self._socket])
         finally:
             self._ended.set()
             self._socket.close()
+            if self._sandbox is not None:
+                self._sandbox.close()
 
     def ready(self) -> ServerInfo:
         """Wait until the server accepts connections; where it serves."""
-        while not self._server.started:
+        while self._server is not None and not self._server.started:
             if self._ended.wait(_POLL_S):
                 raise RuntimeError("the env server stopped before it served")
         netloc = f"[{self.host}]" if ":" in self.host else self.host
@@ -207,7 +254,49 @@ class EnvServerActor:
     def stop(self) -> None:
         """Stop serving: calls in flight finish (at most ``GRACEFUL_SHUTDOWN_S`` seconds), every
         env is closed, then :meth:`serve` returns."""
-        self._server.should_exit = True
+        if self._server is not None:
+            self._server.should_exit = True
+        self._stopping.set()
+
+
+async def _relay(
+    sock: socket.socket, sb: Sandbox, process: SandboxProcess, stopping: threading.Event
+) -> None:
+    """Join every connection to ``sock`` to the socket of the env server ``process`` in ``sb``,
+    until ``stopping`` is set or the server stops (raising why). (A function, not a method of
+    the actor: Ray makes an actor with a coroutine method an async actor.)"""
+    path = sb.endpoint(SERVER_SOCKET).removeprefix("unix:")
+
+    async def join(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            inner_reader, inner_writer = await asyncio.open_unix_connection(path)
+        except OSError:
+            writer.close()
+            return
+        try:
+            await asyncio.gather(_copy(reader, inner_writer), _copy(inner_reader, writer))
+        finally:
+            writer.close()
+            inner_writer.close()
+
+    server = await asyncio.start_server(join, sock=sock)
+    async with server:
+        while not stopping.is_set():
+            if process.poll() is not None or not sb.alive():
+                raise RuntimeError(why_gone(sb, process))
+            await asyncio.sleep(_WATCH_S)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until ``reader``'s end, then end ``writer``'s direction (or close it on errors)."""
+    try:
+        while data := await reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except OSError:
+        writer.close()
 
 
 def _why(exc: RayActorError) -> str:
@@ -293,6 +382,11 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         startup_timeout_s: seconds a new server may take to be placed and to serve.
         runtime_env: Ray's ``runtime_env`` of the servers' actors (packages, environment
             variables, working directory).
+        sandbox: ``None`` (servers in the actors' processes), ``"local"`` or ``"docker"``
+            (each server in a sandbox of that backend on its actor's node, as
+            :class:`~agentgym.hosting.EnvServerPool` runs them; envs registered at run time
+            are not known there). ``"docker"`` servers need the node resource
+            :data:`DOCKER_RESOURCE` and the env's image on the node.
 
     Thread-safe; :meth:`make` (blocking) and :meth:`amake` (async) may be mixed. Usable as a
     (sync) context manager; :meth:`close` stops every server. :meth:`make` raises
@@ -311,7 +405,10 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         cpus_per_server: float | None = None,
         startup_timeout_s: float = 120.0,
         runtime_env: Mapping[str, Any] | None = None,
+        sandbox: Backend | None = None,
     ) -> None:
+        if sandbox not in (None, "local", "docker"):
+            raise ValueError(f"unknown sandbox backend {sandbox!r}; choose 'local', 'docker' or None")
         if not isinstance(cluster, str) or not cluster:
             raise ValueError(f"cluster must be 'local', 'auto' or a Ray address 'host:port', got {cluster!r}")
         super().__init__(sessions_per_server=sessions_per_server)
@@ -323,6 +420,7 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         self.cpus_per_server = cpus_per_server
         self.startup_timeout_s = startup_timeout_s
         self.runtime_env = dict(runtime_env or {})
+        self.sandbox: Backend | None = sandbox
         _connection.acquire(cluster)
         self._host = "127.0.0.1" if _connection.local else None
 
@@ -330,7 +428,7 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
 
     def placement(self, env_id: str) -> Placement:
         """What each server of ``env_id`` asks of its node; ``UnknownEnvError`` for unknown ids."""
-        return Placement.for_env(env_id, cpus=self.cpus_per_server)
+        return Placement.for_env(env_id, cpus=self.cpus_per_server, sandbox=self.sandbox)
 
     def server_of(self, env: RemoteEnv) -> ServerInfo:
         """Where the server that hosts ``env`` serves (``KeyError`` for envs not made here)."""
@@ -397,7 +495,7 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
                 max_restarts=0,
                 runtime_env=self.runtime_env or None,
             )
-            .remote(self._host, server.token, _Registration.of(server.env_id))
+            .remote(self._host, server.token, _Registration.of(server.env_id), server.env_id, self.sandbox)
         )
         try:
             server.serving = server.actor.serve.remote()
@@ -450,6 +548,8 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
             return f"{where} still runs"
         except RayActorError as exc:
             return f"{where} died: {_why(exc)}"
+        except RayError as exc:  # serve raised: the sandboxed server stopped
+            return f"{where} stopped serving: {getattr(exc, 'cause', exc)}"
         return f"{where} stopped serving"
 
     def _keeps(self, server: _Server) -> bool:

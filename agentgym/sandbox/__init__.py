@@ -7,6 +7,9 @@
 - :class:`SandboxPool`: warm sandboxes, recycled and health-checked.
 - :func:`http_client` / :func:`async_http_client`: httpx clients for :meth:`Sandbox.endpoint`.
 - :func:`gc` (``agentgym sandbox gc``) and :func:`build_images` (``agentgym build``).
+- Docker daemons by URL (:mod:`agentgym.sandbox.daemon`): ``SandboxSpec(hosts=...)`` spreads
+  sandboxes over several; on a remote one a server's socket is forwarded over the Docker API
+  (:mod:`agentgym.sandbox.forward`).
 
 Env servers placed in sandboxes (``agentgym.make(env_id, sandbox=...)``) are one layer up, in
 :mod:`agentgym.hosting`.

@@ -268,22 +268,26 @@ class Sandbox(abc.ABC):
         With ``process``, fail early (with its log tail) if it exits first. Raises
         :class:`TimeoutError` after ``timeout_s``.
         """
-        ep = self.endpoint(name)
-        path = ep.removeprefix("unix:")
+        path = self.socket_path(name)
         deadline = time.monotonic() + timeout_s
         while True:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                try:
-                    s.connect(path)
-                    return ep
-                except OSError:
-                    pass
+            if self._listening(name):
+                return self.endpoint(name)
             if process is not None and (status := process.poll()) is not None:
                 tail = process.logs(4000).decode(errors="replace")
                 raise SandboxError(f"process exited ({status}) before listening on {path}:\n{tail}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"nothing listens on {path} after {timeout_s} s")
             time.sleep(0.01)
+
+    def _listening(self, name: str) -> bool:
+        """Whether something accepts connections on :meth:`socket_path` (one try)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(self.endpoint(name).removeprefix("unix:"))
+            except OSError:
+                return False
+            return True
 
     # --- files -------------------------------------------------------------------------------
 

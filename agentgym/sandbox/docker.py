@@ -9,6 +9,13 @@ shared directories). ``/tmp`` is a tmpfs (size: the memory limit, which it is ch
 archive API cannot see inside tmpfs mounts, and a bind mount lets the host read and write files
 directly and reach Unix sockets without any network.
 
+On a remote Docker host (``host``: a daemon that does not share this machine's files, see
+:func:`~agentgym.sandbox.daemon.shares_files`) nothing can be bind-mounted: ``/sandbox`` (size:
+``limits.disk_bytes``) and ``/run/agentgym`` are tmpfs mounts too, files are read and written
+through exec, and :meth:`DockerSandbox.endpoint` is a Unix socket on this machine forwarded
+over the Docker API to the one inside (:class:`~agentgym.sandbox.forward.SocketForward`): the
+container keeps no network, and no port is published.
+
 Every container carries labels: ``agentgym.sandbox=1``, ``agentgym.owner.pid``,
 ``agentgym.owner.start``, ``agentgym.owner.host``, ``agentgym.created`` (unix seconds),
 ``agentgym.hostdir``, if given ``agentgym.session``, and ``agentgym.owner.container`` (the
@@ -26,23 +33,24 @@ be a host directory mounted at the same path (``-v $D:$D -e AGENTGYM_SANDBOX_ROO
 Docker exec has no timeout and no output cap: each command runs as
 ``sh -c 'echo $$ > <pid file>; exec "$@"'`` (Docker makes every exec a process-group leader),
 its multiplexed output is read from the raw socket under a deadline and a byte cap, and on either
-the group is killed with a second exec. The image needs ``/bin/sh`` and ``sleep``.
+the group is killed by the container's main process (:data:`_KILLER`), told the pid file on its
+stdin. The image needs ``/bin/sh``, and ``python`` for forwarded sockets.
 """
 
 from __future__ import annotations
 
 import atexit
-import errno
 import os
+import posixpath
 import re
 import secrets
 import selectors
 import shutil
 import socket
-import struct
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,15 +67,16 @@ from agentgym.sandbox.base import (
     track,
 )
 from agentgym.sandbox.capture import OutputCapture
-from agentgym.sandbox.daemon import docker_client
+from agentgym.sandbox.daemon import LABEL, docker_client, shares_files
+from agentgym.sandbox.forward import SocketForward, frames
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
 
 __all__ = ["LABEL", "DockerProcess", "DockerSandbox", "build_command", "docker_client", "remove_containers"]
 
-LABEL = "agentgym.sandbox"
 _CHUNK = 1 << 16
 _EXIT_POLL_S = 0.25  # how often a quiet exec is checked for having exited
+_EXITED_GRACE_S = 0.5  # how long output may trail an exec's exit (a loaded daemon, a remote one)
 
 
 def _errors() -> Any:
@@ -79,9 +88,9 @@ def _errors() -> Any:
 class DockerProcess(SandboxProcess):
     """A process started by :meth:`DockerSandbox.spawn` (a detached exec)."""
 
-    def __init__(self, sandbox: DockerSandbox, exec_id: str, pid_file: Path, log_path: Path) -> None:
-        super().__init__(log_path)
-        self._sandbox, self._exec_id, self._pid_file = sandbox, exec_id, pid_file
+    def __init__(self, sandbox: DockerSandbox, exec_id: str, pid_file: str, log_file: str) -> None:
+        super().__init__(sandbox._on_host(log_file) or Path(log_file))
+        self._sandbox, self._exec_id, self._pid_file, self._log_file = sandbox, exec_id, pid_file, log_file
         self._status: int | None = None
 
     def poll(self) -> int | None:
@@ -98,6 +107,15 @@ class DockerProcess(SandboxProcess):
     def kill(self) -> None:
         if self.poll() is None:
             self._sandbox._kill_group(self._pid_file)
+
+    def logs(self, max_bytes: int = 64 << 10) -> bytes:
+        if not self._sandbox.remote:
+            return super().logs(max_bytes)
+        try:
+            result = self._sandbox.exec(["tail", "-c", str(max_bytes), self._log_file], timeout_s=10)
+        except SandboxError:  # the container is gone, and its log with it
+            return b""
+        return result.stdout if result.ok else b""
 
 
 PLAIN: dict[str, list[str]] = {"security_opt": ["no-new-privileges"]}
@@ -117,11 +135,11 @@ class DockerSandbox(Sandbox):
         session: value of the ``agentgym.session`` label, to find or remove a run's containers.
         user: ``"uid:gid"`` to run as (default: the calling user's). Another user may leave files
             in the host directories that this process cannot delete.
-        client: a docker SDK client (default :func:`docker_client`).
+        host: the Docker daemon's URL (:mod:`agentgym.sandbox.daemon`; default: the default
+            daemon). On a remote one, see the module documentation.
     """
 
     backend = "docker"
-    KILL_FIFO = ".kill"  # in the socket dir: process groups for the container's killer
 
     def __init__(
         self,
@@ -130,19 +148,22 @@ class DockerSandbox(Sandbox):
         *,
         session: str | None = None,
         user: str | None = None,
-        client: Any = None,
+        host: str | None = None,
     ) -> None:
         super().__init__(limits, session=session)
         self.image = image
         self.user = user or f"{os.getuid()}:{os.getgid()}"
-        self._client = client
+        self.host = host
+        self.remote = not shares_files(host)
+        """Whether the daemon is remote: no bind mounts, files through exec, forwarded sockets."""
         self.container_id: str | None = None
+        self._forwards: dict[str, SocketForward] = {}
+        self._forwards_lock = threading.Lock()
+        self._counted = False  # in _live
 
     @property
     def _api(self) -> Any:
-        if self._client is None:
-            self._client = docker_client()
-        return self._client.api
+        return docker_client(self.host).api
 
     def labels(self) -> dict[str, str]:
         """The labels put on the container."""
@@ -167,12 +188,20 @@ class DockerSandbox(Sandbox):
             return self
         errors = _errors()
         api = self._api
-        _register_exit_hook()
-        _require_shared_root(api, self.host_dir.parent)
-        dirs = self._make_host_dirs("work", "run")
-        self._mounts = {self.WORKDIR: dirs["work"], self.SOCKET_DIR: dirs["run"]}
-        os.mkfifo(dirs["run"] / self.KILL_FIFO, 0o600)
+        _count(self.host, +1)
+        self._counted = True
         mem = self.limits.memory_bytes
+        tmpfs = {"/tmp": f"rw,nosuid,nodev,size={mem},mode=1777"}
+        if self.remote:  # the host dir holds only the forwarded sockets
+            self._make_host_dirs("run")
+            uid, gid = self.user.split(":")
+            owned = f"rw,nosuid,nodev,mode=0700,uid={uid},gid={gid}"
+            tmpfs[self.WORKDIR] = f"{owned},size={self.limits.disk_bytes}"
+            tmpfs[self.SOCKET_DIR] = f"{owned},size=1m"
+        else:
+            _require_shared_root(api, self.host_dir.parent)
+            dirs = self._make_host_dirs("work", "run")
+            self._mounts = {self.WORKDIR: dirs["work"], self.SOCKET_DIR: dirs["run"]}
         host_config = api.create_host_config(
             init=True,
             auto_remove=True,
@@ -182,7 +211,7 @@ class DockerSandbox(Sandbox):
             memswap_limit=mem,
             pids_limit=self.limits.pids,
             nano_cpus=int(self.limits.cpus * 1e9),
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={mem},mode=1777"},
+            tmpfs=tmpfs,
             binds={str(host): {"bind": inside, "mode": "rw"} for inside, host in self._mounts.items()},
             cap_drop=["ALL"],
             **(NESTING if self.limits.nested else PLAIN),
@@ -192,8 +221,10 @@ class DockerSandbox(Sandbox):
         try:
             created = api.create_container(
                 self.image,
-                entrypoint=["sh", "-c", _KILLER, f"{self.SOCKET_DIR}/{self.KILL_FIFO}"],
+                entrypoint=["sh", "-c", _KILLER],
                 command=[],
+                stdin_open=True,
+                detach=True,  # (else the SDK sets StdinOnce: stdin would close after one kill)
                 name=f"agentgym-{self.id}",
                 user=self.user,
                 working_dir=self.WORKDIR,
@@ -206,9 +237,11 @@ class DockerSandbox(Sandbox):
             api.start(self.container_id)
         except errors.ImageNotFound as exc:
             self._cleanup()
-            raise SandboxError(
-                f"image {self.image!r} not found: build it with `{build_command(self.image)}` first"
-            ) from exc
+            where, command = "", build_command(self.image)
+            if self.host is not None:
+                where, command = f" on {self.host}", f"DOCKER_HOST={self.host} {command}"
+            message = f"image {self.image!r} not found{where}: build it with `{command}` first"
+            raise SandboxError(message) from exc
         except errors.DockerException as exc:
             self._cleanup()
             raise SandboxError(f"cannot start a container from {self.image!r}: {exc}") from exc
@@ -268,32 +301,40 @@ class DockerSandbox(Sandbox):
                 raise self._dead() from None
             raise SandboxError(f"docker exec in sandbox {self.id} failed: {exc}") from exc
 
-    def _pid_file(self) -> tuple[str, Path]:
-        name = f".{secrets.token_hex(6)}.pid"
-        return f"{self.SOCKET_DIR}/{name}", self._mounts[self.SOCKET_DIR] / name
+    def _on_host(self, inside: str) -> Path | None:
+        """The host path of ``inside``, a file in :attr:`socket_dir` (None on a remote host)."""
+        run = self._mounts.get(self.SOCKET_DIR)
+        return None if run is None else run / posixpath.basename(inside)
 
-    def _kill_group(self, pid_file: Path, wait_s: float = 2.0) -> None:
-        """SIGKILL the process group whose leader wrote ``pid_file`` (waiting for it to appear).
+    def _pid_file(self) -> str:
+        return f"{self.SOCKET_DIR}/.{secrets.token_hex(6)}.pid"
 
-        The container's main process does the killing (:data:`_KILLER`), so it works when the
-        group has used every pid the limit allows and no ``docker exec`` can start; an exec is
-        the fallback if the killer does not answer."""
-        deadline = time.monotonic() + wait_s
-        while not (pid := _read_pid(pid_file)) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        if not pid:
-            return
-        if _write_fifo(
-            self._mounts[self.SOCKET_DIR] / self.KILL_FIFO,
-            f"{pid}\n".encode(),
-            deadline=time.monotonic() + 1.0,
-        ):
-            return
+    def _kill_group(self, pid_file: str, wait_s: float = 2.0) -> None:
+        """SIGKILL the process group whose leader wrote ``pid_file`` (on this machine's files,
+        waiting up to ``wait_s`` for it to appear).
+
+        The container's main process does the killing (:data:`_KILLER`), told the pid file on its
+        stdin through the Docker API, so it works when the group has used every pid the limit
+        allows and no ``docker exec`` can start."""
+        host = self._on_host(pid_file)
+        if host is not None:
+            deadline = time.monotonic() + wait_s
+            while not _read_pid(host) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not _read_pid(host):
+                return
         try:
-            exec_id = self._exec_create(["sh", "-c", 'kill -s KILL -- "-$1"', "sh", pid], None, attach=False)
-            self._api.exec_start(exec_id, detach=True)  # the caller drains the output meanwhile
-        except SandboxDeadError:
-            pass  # the container is gone, and the group with it
+            stream = self._api.attach_socket(self.container_id, params={"stdin": 1, "stream": 1})
+        except _errors().DockerException:
+            return  # the container is gone, and the group with it
+        sock: socket.socket = getattr(stream, "_sock", stream)
+        try:
+            sock.sendall(f"{pid_file}\n".encode())
+        except OSError:
+            pass
+        finally:
+            sock.close()
+            stream.close()
 
     def exec(
         self,
@@ -307,8 +348,8 @@ class DockerSandbox(Sandbox):
         if not argv:
             raise ValueError("argv must not be empty")
         timeout_s, cap = self._exec_defaults(timeout_s, max_output_bytes)
-        pid_inside, pid_host = self._pid_file()
-        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pid_inside, *argv]
+        pid_file = self._pid_file()
+        cmd = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', pid_file, *argv]
         t0 = time.monotonic()
         exec_id = self._exec_create(cmd, env, attach=True, stdin=stdin is not None)
         capture = OutputCapture(cap)
@@ -327,7 +368,7 @@ class DockerSandbox(Sandbox):
                     lambda: bool(self._api.exec_inspect(exec_id)["Running"]),
                 )
                 if outcome != "eof":  # timed out, over the cap, or children hold the output
-                    self._kill_group(pid_host)
+                    self._kill_group(pid_file)
                     _drain(sock, timeout_s=2.0)
             finally:
                 # shutdown() ends the connection even though the SDK's response object still
@@ -341,7 +382,8 @@ class DockerSandbox(Sandbox):
                 stream.close()
             returncode = self._exit_code(exec_id)
         finally:
-            pid_host.unlink(missing_ok=True)
+            if (host := self._on_host(pid_file)) is not None:
+                host.unlink(missing_ok=True)
         return ExecResult(
             returncode,
             capture.stdout,
@@ -367,26 +409,49 @@ class DockerSandbox(Sandbox):
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> DockerProcess:
         if not argv:
             raise ValueError("argv must not be empty")
-        pid_inside, pid_host = self._pid_file()
-        log_name = f".{secrets.token_hex(6)}.log"
+        pid_file, log_file = self._pid_file(), f"{self.SOCKET_DIR}/.{secrets.token_hex(6)}.log"
         script = 'echo $$ > "$0"; log=$1; shift; exec "$@" > "$log" 2>&1'
-        cmd = ["sh", "-c", script, pid_inside, f"{self.SOCKET_DIR}/{log_name}", *argv]
-        exec_id = self._exec_create(cmd, env, attach=False)
+        exec_id = self._exec_create(["sh", "-c", script, pid_file, log_file, *argv], env, attach=False)
         self._api.exec_start(exec_id, detach=True)
-        return DockerProcess(self, exec_id, pid_host, self._mounts[self.SOCKET_DIR] / log_name)
+        return DockerProcess(self, exec_id, pid_file, log_file)
+
+    def endpoint(self, name: str) -> str:
+        if not self.remote:
+            return super().endpoint(name)
+        self._require_started()
+        assert self.container_id is not None
+        with self._forwards_lock:
+            forward = self._forwards.get(name)
+            if forward is None:
+                inside, local = self.socket_path(name), self.host_dir / "run" / f"{name}.sock"
+                forward = SocketForward(self._api, self.container_id, inside, local, user=self.user)
+                self._forwards[name] = forward.start()
+        return f"unix:{forward.local}"
+
+    def _listening(self, name: str) -> bool:
+        if not self.remote:
+            return super()._listening(name)
+        probe = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])"
+        return self.exec(["python", "-c", probe, self.socket_path(name)], timeout_s=10).ok
 
     def reset(self) -> None:
-        # Kill everything but Docker's init (pid 1), the `sleep` it guards, and this shell.
+        # Kill everything but Docker's init (pid 1), the killer it guards, and this shell; empty
+        # the directories that are no host directories.
+        dirs = " ".join(["/tmp", *([self.WORKDIR, self.SOCKET_DIR] if self.remote else [])])
         script = (
             'keep=" 1 $$ $(cat /proc/1/task/1/children 2>/dev/null) "; '
             'for d in /proc/[0-9]*; do p=${d#/proc/}; case "$keep" in *" $p "*) ;; '
             '*) kill -s KILL "$p" 2>/dev/null;; esac; done; '
-            "rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; true"
+            f'for d in {dirs}; do rm -rf "$d"/* "$d"/.[!.]* "$d"/..?*; done 2>/dev/null; true'
         )
         self.exec(["sh", "-c", script], timeout_s=30).check()
         self._clear_host_dirs()
 
     def _cleanup(self) -> None:
+        with self._forwards_lock:
+            forwards, self._forwards = list(self._forwards.values()), {}
+        for forward in forwards:
+            forward.close()
         if self.container_id is not None:
             errors = _errors()
             try:
@@ -396,6 +461,9 @@ class DockerSandbox(Sandbox):
             except errors.APIError as exc:
                 if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                     raise
+        if self._counted:
+            _count(self.host, -1)
+            self._counted = False
         self._remove_host_dir()
 
 
@@ -437,27 +505,10 @@ def _require_shared_root(api: Any, root: Path) -> None:
     )
 
 
-# The container's main process: reads process-group ids from a FIFO and SIGKILLs each group.
-# `read` and `kill` are shell builtins, so it needs no new pid (a fork bomb may hold them all).
-_KILLER = 'while :; do while read -r g; do kill -s KILL -- "-$g"; done < "$0"; done'
-
-
-def _write_fifo(path: Path, data: bytes, deadline: float) -> bool:
-    """Write ``data`` to the FIFO at ``path`` once a reader has it open; False at ``deadline``."""
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as exc:  # ENXIO: the reader is between two opens
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
-                return False
-            time.sleep(0.005)
-            continue
-        try:
-            return os.write(fd, data) == len(data)
-        except OSError:
-            return False
-        finally:
-            os.close(fd)
+# The container's main process: reads the paths of pid files from its stdin (see _kill_group) and
+# SIGKILLs each one's process group. `read` and `kill` are shell builtins, and so is the
+# redirection, so it needs no new pid (a fork bomb may hold them all).
+_KILLER = 'while read -r f; do read -r g < "$f" && kill -s KILL -- "-$g"; done'
 
 
 def _read_pid(path: Path) -> str | None:
@@ -478,10 +529,12 @@ def _collect(
     """Send ``stdin`` and demultiplex Docker's attach stream (8-byte frame headers: stream,
     0, 0, 0, big-endian length) into ``capture``. Returns why it stopped: ``"eof"``,
     ``"timeout"``, ``"cap"``, or ``"exited"`` (the command ended while something it started
-    still holds its output open)."""
+    still holds its output open: nothing came for :data:`_EXITED_GRACE_S` after it ended, what
+    it wrote last may trail its exit)."""
     pending = memoryview(stdin or b"")
     buf = bytearray()
     sock.setblocking(False)
+    exited_at: float | None = None
     with selectors.DefaultSelector() as sel:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if stdin is not None else 0)
         sel.register(sock, events)
@@ -492,8 +545,11 @@ def _collect(
                 return "timeout"
             ready = sel.select(min(deadline - now, _EXIT_POLL_S))
             if not ready:
-                if time.monotonic() - quiet_since >= _EXIT_POLL_S and not running():
+                now = time.monotonic()
+                if exited_at is not None and now - exited_at >= _EXITED_GRACE_S:
                     return "exited"
+                if exited_at is None and now - quiet_since >= _EXIT_POLL_S and not running():
+                    exited_at = now
                 continue
             quiet_since = time.monotonic()
             _, mask = ready[0]
@@ -513,12 +569,7 @@ def _collect(
                 if not data:
                     return "eof"
                 buf += data
-                while len(buf) >= 8:
-                    stream, size = buf[0], struct.unpack(">I", buf[4:8])[0]
-                    if len(buf) < 8 + size:
-                        break
-                    payload = bytes(buf[8 : 8 + size])
-                    del buf[: 8 + size]
+                for stream, payload in frames(buf):
                     if stream in (1, 2) and not capture.feed(stream, payload):
                         return "cap"
 
@@ -557,15 +608,16 @@ def remove_containers(
     only_dead_owners: bool = True,
     owner: Owner | None = None,
     session: str | None = None,
-    client: Any = None,
+    host: str | None = None,
 ) -> list[str]:
-    """Force-remove sandbox containers (label ``agentgym.sandbox=1``) and their host directories.
+    """Force-remove sandbox containers (label ``agentgym.sandbox=1``) of the daemon at ``host``
+    (default: the default daemon) and their host directories.
 
     Selects those created at least ``older_than_s`` ago; with ``only_dead_owners``, only those
     whose owner process is gone (on this host); with ``owner`` or ``session``, only that owner's
     or session's. Returns the names of the removed containers.
     """
-    client = client or docker_client()
+    client = docker_client(host)
     errors = _errors()
     filters = [f"{LABEL}=1"] + ([f"agentgym.session={session}"] if session is not None else [])
     removed = []
@@ -603,13 +655,17 @@ def _on_this_host(hostdir: str, owner: Owner) -> bool:
 
 _hook_lock = threading.Lock()
 _hook_pid: int | None = None
+_live: Counter[str | None] = Counter()
+"""Containers this process started and has not removed, by daemon."""
 
 
-def _register_exit_hook() -> None:
-    """At exit, remove every container this process created, even ones whose sandbox object was
+def _count(host: str | None, change: int) -> None:
+    """Count a container started (+1) or removed (-1) on ``host``. At exit, every container this
+    process created on a daemon with a count left is removed, even ones whose sandbox object was
     lost (:mod:`agentgym.sandbox.base`'s hook then closes the tracked sandboxes' host dirs)."""
     global _hook_pid
     with _hook_lock:
+        _live[host] += change
         if _hook_pid is None:
             atexit.register(_remove_mine)
             _hook_pid = os.getpid()
@@ -618,9 +674,13 @@ def _register_exit_hook() -> None:
 def _remove_mine() -> None:
     if os.getpid() != _hook_pid:  # a forked child: its parent's client and containers are not its own
         return
-    try:
-        remove_containers(owner=current_owner(), only_dead_owners=False)
-    except Exception as exc:
-        warnings.warn(
-            f"removing this process's sandbox containers at exit failed: {exc}", SandboxWarning, stacklevel=1
-        )
+    for host in sorted((h for h, n in _live.items() if n > 0), key=str):
+        try:
+            remove_containers(owner=current_owner(), only_dead_owners=False, host=host)
+        except Exception as exc:
+            warnings.warn(
+                f"removing this process's sandbox containers on {host or 'the default daemon'} at exit "
+                f"failed: {exc}",
+                SandboxWarning,
+                stacklevel=1,
+            )

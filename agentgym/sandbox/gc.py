@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,7 +58,12 @@ def _doomed(owner: Owner | None, age_s: float, older_than_s: float, only_dead_ow
 
 
 def gc(
-    *, older_than_s: float = 0.0, only_dead_owners: bool = True, docker: bool = True, local: bool = True
+    *,
+    older_than_s: float = 0.0,
+    only_dead_owners: bool = True,
+    docker: bool = True,
+    local: bool = True,
+    docker_hosts: Sequence[str | None] = (None,),
 ) -> GcReport:
     """Remove leftover sandboxes: containers, host directories and cgroups.
 
@@ -65,15 +71,18 @@ def gc(
         older_than_s: only things created at least this many seconds ago.
         only_dead_owners: only things whose creating process is gone (the safe default). With
             ``False``, live processes' sandboxes go too: run it from a fresh process only.
-        docker: look at containers (skipped, and said so in the report, without a daemon).
+        docker: look at containers (a daemon that does not answer is skipped, and said so in the
+            report).
         local: look at host directories (under :func:`~agentgym.sandbox.base.host_dir_root`)
             and cgroups.
+        docker_hosts: the daemons to look at (:mod:`agentgym.sandbox.daemon`; ``None``: the
+            default one).
     """
     report = GcReport()
-    if docker:
+    for host in docker_hosts if docker else ():
         try:
-            report.containers = remove_containers(
-                older_than_s=older_than_s, only_dead_owners=only_dead_owners
+            report.containers += remove_containers(
+                older_than_s=older_than_s, only_dead_owners=only_dead_owners, host=host
             )
         except SandboxError as exc:
             report.skipped.append(f"docker: {exc}")

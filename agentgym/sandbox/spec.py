@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentgym._version import __version__
 from agentgym.registry import EnvManifest, manifest
 from agentgym.sandbox.base import Sandbox
+from agentgym.sandbox.daemon import least_loaded
 from agentgym.sandbox.docker import DockerSandbox
 from agentgym.sandbox.limits import SandboxLimits, limits_for
 from agentgym.sandbox.local import LocalSandbox
@@ -49,21 +51,38 @@ def create_sandbox(
 @dataclass(frozen=True)
 class SandboxSpec:
     """Hashable recipe for interchangeable sandboxes (a :class:`~agentgym.sandbox.SandboxPool`
-    key)."""
+    key).
+
+    ``hosts`` (``docker`` only): the Docker daemons to spread sandboxes over (URLs, see
+    :mod:`agentgym.sandbox.daemon`); each new sandbox goes to the one running the fewest sandbox
+    containers. Empty: the default daemon.
+    """
 
     backend: Backend = "local"
     image: str | None = None
     limits: SandboxLimits = field(default_factory=SandboxLimits)
+    hosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.hosts and self.backend != "docker":
+            raise ValueError(f"Docker hosts are for the docker backend, not {self.backend!r}")
 
     @classmethod
     def for_env(
-        cls, env: EnvManifest | str, backend: Backend = "docker", **limit_overrides: Any
+        cls,
+        env: EnvManifest | str,
+        backend: Backend = "docker",
+        *,
+        hosts: Sequence[str] = (),
+        **limit_overrides: Any,
     ) -> SandboxSpec:
         """The spec that runs an env (a manifest or a registered id): its limits from the
-        manifest's resources, and for ``docker`` its image (:func:`image_for`)."""
+        manifest's resources, and for ``docker`` its image (:func:`image_for`) and ``hosts``."""
         m = manifest(env) if isinstance(env, str) else env
-        return cls(backend, image_for(m) if backend == "docker" else None, limits_for(m, **limit_overrides))
+        image = image_for(m) if backend == "docker" else None
+        return cls(backend, image, limits_for(m, **limit_overrides), tuple(hosts))
 
     def create(self, *, session: str | None = None) -> Sandbox:
-        """A new, not yet started sandbox."""
-        return create_sandbox(self.backend, image=self.image, limits=self.limits, session=session)
+        """A new, not yet started sandbox (on the least-loaded of :attr:`hosts`, if any)."""
+        options = {"host": least_loaded(self.hosts)} if self.hosts else {}
+        return create_sandbox(self.backend, image=self.image, limits=self.limits, session=session, **options)

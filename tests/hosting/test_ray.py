@@ -1,5 +1,6 @@
 """Env servers as Ray actors (:mod:`agentgym.hosting.ray`), on a Ray cluster of two simulated nodes
-(``ray.cluster_utils.Cluster``: a head with 2 CPUs, a node with 1 CPU and ``{"desktop": 1}``),
+(``ray.cluster_utils.Cluster``: a head with 2 CPUs and ``{"docker": 4}``, a node with 1 CPU and
+``{"desktop": 1}``),
 one for the whole module since a Ray start takes seconds.
 
 Rollouts through the actors give the in-process episodes; an env that needs ``desktop`` lands
@@ -11,7 +12,6 @@ test (no actor process, every resource free again).
 from __future__ import annotations
 
 import asyncio
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,14 +25,16 @@ from agentgym import registry
 from agentgym.episode import load_episodes
 from agentgym.harness.eval import compose_eval_config, run_eval
 from agentgym.harness.store import RunStore, read_episodes, unit_key
+from agentgym.hosting import EnvServerPool
 from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import collect, default_tasks
+from agentgym.sandbox.spec import Backend
 from agentgym.server import InvalidRemoteKwargs
 from agentgym.server.jsonsafe import to_jsonable
 
 from support import TESTS, run_python
-from support.episodes import comparable
+from support.episodes import comparable, varied_action
 from support.sandboxes import eventually
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'agentgym[ray]'")
@@ -51,7 +53,7 @@ ACTOR_TITLE = b"ray::EnvServerActor"
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
     """The module's cluster, this process connected to it."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"docker": 4}})
     cluster.add_node(num_cpus=1, resources={"desktop": 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address)
@@ -114,12 +116,6 @@ def registered() -> Iterator[Callable[..., str]]:
     registry._manifests = manifests
 
 
-def varied_action(observation: str, info: dict[str, Any]) -> str:
-    """A deterministic admissible action that depends on the observation."""
-    actions = info["admissible_actions"]
-    return actions[zlib.crc32(observation.encode()) % len(actions)]
-
-
 # --- the same episodes -------------------------------------------------------------------------
 
 
@@ -155,8 +151,8 @@ def test_eval_and_collect_on_the_cluster_give_the_local_results(cluster: Cluster
     assert [comparable(e) for e in got] == [comparable(e) for e in expected]
     eventually(lambda: not actor_processes(), timeout_s=30)
     eventually(resources_free, timeout_s=30)
-    with pytest.raises(ValueError, match="not both"):
-        collect(GUESS, ScriptedPolicy(varied_action), default_tasks(1), sandbox="local", cluster="auto")
+    with EnvServerPool("local") as pool, pytest.raises(ValueError, match="sandbox= is a backend name"):
+        collect(GUESS, ScriptedPolicy(varied_action), default_tasks(1), sandbox=pool, cluster="auto")
 
 
 def test_sessions_share_a_server_that_needs_its_token(pools: Callable[..., RayEnvServerPool]) -> None:
@@ -293,6 +289,35 @@ def test_a_removed_node_costs_retries_not_episodes(
     assert torn == 0 and len(keys) == len(set(keys)) == len(tasks)  # none lost, none twice
     resumed = RunStore.open(tmp_path / "run", {"env": SOKOBAN}).resumed
     assert resumed is not None and (resumed.kept, resumed.retried) == (len(tasks), 0)
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
+def test_servers_in_sandboxes_on_their_nodes_give_the_local_episodes(
+    cluster: Cluster, backend: Backend, request: pytest.FixtureRequest
+) -> None:
+    """``collect(cluster=..., sandbox=...)``: each server runs in a sandbox on its node, which
+    the actor relays to; the in-process episodes; nothing left (sandboxes closed with the pool)."""
+    request.getfixturevalue("no_leftovers")
+    request.getfixturevalue("bwrap" if backend == "local" else "current_textgames_image")
+    options: dict[str, Any] = {"group_size": 2, "max_turns": 6, "progress": False}
+    expected = collect(SOKOBAN, ScriptedPolicy(varied_action), default_tasks(2), **options)
+    with RayEnvServerPool(cluster.address, sandbox=backend, cpus_per_server=0.5) as servers:
+        env = servers.make(SOKOBAN)
+        assert Placement.for_env(SOKOBAN, sandbox="docker").custom == (("docker", 1.0),)
+        sandboxed = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _serves_in_a_sandbox(p)]
+        assert sandboxed, "no env server runs in a sandbox"
+        env.close()
+        got = collect(SOKOBAN, ScriptedPolicy(varied_action), default_tasks(2), sandbox=servers, **options)
+    assert [comparable(e) for e in got] == [comparable(e) for e in expected]
+    eventually(lambda: not actor_processes(), timeout_s=30)
+
+
+def _serves_in_a_sandbox(cmdline: Path) -> bool:
+    """Whether the process of ``cmdline`` is an env server on a sandbox's socket."""
+    try:
+        return b"agentgym.server\0--uds\0/run/agentgym/envserver.sock" in cmdline.read_bytes()
+    except OSError:
+        return False
 
 
 # --- a Ray instance of the pool's own ------------------------------------------------------------

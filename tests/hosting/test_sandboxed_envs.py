@@ -18,7 +18,6 @@ import random
 import socket
 import subprocess
 import sys
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from agentgym.server import EnvServerUnavailable, InvalidRemoteKwargs, RemoteEnv
 from agentgym.server.jsonsafe import to_jsonable
 
 from support import ROOT
-from support.episodes import comparable
+from support.episodes import FREE_TEXT, comparable, varied_action
 from support.sandboxes import ENVS, connect_script, eventually, host_tcp_server, run_and_crash
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -55,23 +54,6 @@ SOKOBAN = "agentgym/Sokoban-v0"
 SEEDS = (0, 1, 2)
 TURNS = 8
 CLI = [sys.executable, "-m", "agentgym.cli"]
-
-
-FREE_TEXT = [
-    "<search>capital country</search>",
-    "<search>founded</search>",
-    "no tags at all",
-    "<search>born</search>",
-    "<answer>Quillmoor</answer>",
-]
-"""Actions for envs without ``admissible_actions`` (search)."""
-
-
-def varied_action(observation: str, info: dict[str, Any]) -> str:
-    """A deterministic action that depends on the observation: one of the env's admissible
-    actions, or of FREE_TEXT."""
-    actions = info.get("admissible_actions") or FREE_TEXT
-    return actions[zlib.crc32(observation.encode()) % len(actions)]
 
 
 def play(env: Any, seed: int) -> list[Any]:

@@ -3,10 +3,11 @@
 ``agentgym/ToolUse-v0`` runs the agent's code; these tests are that agent, in process (the env's
 own bubblewrap sandbox on this host), under ``sandbox="local"`` (the env server in bubblewrap,
 each session's sandbox nested in it) and ``sandbox="docker"`` (the env server in the tooluse
-image, each session's sandbox nested in the container). Two sessions share one server, as they
-do in a pool. Each attack must fail; the step answers the agent (``info["error"]`` unset, the
-episode going on); the attacking session and the other one still answer; nothing is left
-running or on disk (the ``no_leftovers`` fixture).
+image, each session's sandbox nested in the container), on this machine's daemon and on a
+remote one (``docker-remote``: a second daemon reached over TCP, see ``remote_daemon``). Two
+sessions share one server, as they do in a pool. Each attack must fail; the step answers the
+agent (``info["error"]`` unset, the episode going on); the attacking session and the other one
+still answer; nothing is left running or on disk (the ``no_leftovers`` fixture).
 
 Regressions of the breaks found by hand at d8cc9ee: tool code read and rewrote another
 session's workspace, ``setsid sleep 987 &`` survived reset, ``os.kill(os.getppid(), 9)`` and
@@ -30,8 +31,9 @@ import pytest
 import agentgym
 from agentgym.envs.tooluse.env import WORKSPACE_BYTES, ToolUseEnv
 from agentgym.hosting import EnvServerPool
-from agentgym.sandbox import LocalSandbox, build_images
+from agentgym.sandbox import LocalSandbox, build_images, image_for
 from agentgym.sandbox.local import bwrap_usable
+from agentgym.sandbox.spec import Backend
 
 from support import ROOT, unavailable
 from support.hostile import HOSTILE, TOOLUSE_BREAKS
@@ -39,6 +41,7 @@ from support.sandboxes import (
     FORK_BOMB,
     LOOP_FOREVER,
     PRINT_1GB,
+    copy_image,
     eventually,
     host_tcp_server,
     memory_bomb,
@@ -49,14 +52,22 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 TOOLUSE = "agentgym/ToolUse-v0"
 KWARGS: dict[str, Any] = {"max_turns": 50, "timeout_s": 20}
 #: Where the sessions run: in this process, or on an env server in a sandbox backend.
-Placement = Literal["in-process", "local", "docker"]
+Placement = Literal["in-process", "local", "docker", "docker-remote"]
+DOCKER = pytest.mark.docker
 
 
-@pytest.fixture(params=["in-process", "local", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(
+    params=[
+        "in-process",
+        "local",
+        pytest.param("docker", marks=DOCKER),
+        pytest.param("docker-remote", marks=DOCKER),
+    ]
+)
 def backend(request: pytest.FixtureRequest) -> Placement:
     if (problem := bwrap_usable()) is not None:
         unavailable(problem)
-    if request.param == "docker":
+    if request.param.startswith("docker"):
         build_images(
             ["tooluse"],
             base_image=request.getfixturevalue("base_image"),
@@ -66,14 +77,24 @@ def backend(request: pytest.FixtureRequest) -> Placement:
     return request.param
 
 
+@pytest.fixture(scope="module")
+def remote_tooluse(remote_daemon: str) -> str:
+    """The second daemon's URL, holding the tooluse image (built by ``backend``)."""
+    copy_image(image_for(TOOLUSE), remote_daemon)
+    return remote_daemon
+
+
 @contextlib.contextmanager
-def two_sessions(backend: Placement) -> Iterator[tuple[Any, Any]]:
-    """Two ToolUse sessions, reset; under a sandbox backend on one env server."""
+def two_sessions(backend: Placement, remote: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """Two ToolUse sessions, reset; under a sandbox backend on one env server (on the Docker
+    daemon at ``remote``, if given)."""
     with contextlib.ExitStack() as stack:
         if backend == "in-process":
             a, b = agentgym.make(TOOLUSE, **KWARGS), agentgym.make(TOOLUSE, **KWARGS)
         else:
-            servers = stack.enter_context(EnvServerPool(backend))
+            hosts = [remote] if remote is not None else []
+            kind: Backend = "local" if backend == "local" else "docker"
+            servers = stack.enter_context(EnvServerPool(kind, docker_hosts=hosts))
             a, b = servers.make(TOOLUSE, KWARGS), servers.make(TOOLUSE, KWARGS)
             assert servers.sandbox_of(a) is servers.sandbox_of(b)
         stack.callback(b.close)
@@ -84,8 +105,9 @@ def two_sessions(backend: Placement) -> Iterator[tuple[Any, Any]]:
 
 
 @pytest.fixture
-def sessions(backend: Placement) -> Iterator[tuple[Any, Any]]:
-    with two_sessions(backend) as pair:
+def sessions(backend: Placement, request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
+    remote = request.getfixturevalue("remote_tooluse") if backend == "docker-remote" else None
+    with two_sessions(backend, remote) as pair:
         yield pair
 
 

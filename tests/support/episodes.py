@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 from agentgym.episode import Episode
 from agentgym.server.jsonsafe import to_jsonable
+
+FREE_TEXT = [
+    "<search>capital country</search>",
+    "<search>founded</search>",
+    "no tags at all",
+    "<search>born</search>",
+    "<answer>Quillmoor</answer>",
+]
+"""Actions for envs without ``admissible_actions`` (search)."""
+
+
+def varied_action(observation: str, info: dict[str, Any]) -> str:
+    """A deterministic action that depends on the observation: one of the env's admissible
+    actions, or of FREE_TEXT."""
+    actions = info.get("admissible_actions") or FREE_TEXT
+    return actions[zlib.crc32(observation.encode()) % len(actions)]
 
 
 def comparable(episode: Episode) -> dict[str, Any]:

@@ -6,12 +6,14 @@ envs/, security/): programs that misbehave, helpers, and the fixtures (a plugin 
   that start sandboxes ask for it with ``pytestmark = pytest.mark.usefixtures("no_leftovers")``.
 - :func:`client`, :func:`base_image`, :func:`textgames_image`: the Docker daemon and images.
 - :func:`bwrap`, :func:`current_textgames_image`, :func:`backend`: each sandbox backend, ready.
+- :func:`remote_daemon`: a second Docker daemon as a remote host; :func:`copy_image` into it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -238,7 +240,8 @@ def _cgroups(with_dead_owners: bool) -> set[str]:
 
 
 def _sandbox_processes() -> set[int]:
-    """bwrap processes (their command lines name the sandbox's host dir) and our children."""
+    """bwrap processes (their command lines name the sandbox's host dir) and our children (but
+    the second Docker daemon, see :func:`remote_daemon`)."""
     me, found = os.getpid(), set()
     ours = os.path.join(tempfile.gettempdir(), HOST_DIR_PREFIX).encode()
     for entry in Path("/proc").iterdir():
@@ -249,7 +252,7 @@ def _sandbox_processes() -> set[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ours in cmdline or ppid == me:
+        if ours in cmdline or (ppid == me and os.path.basename(cmdline.split(b"\0", 1)[0]) != b"dockerd"):
             found.add(int(entry.name))
     return found
 
@@ -368,3 +371,83 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Each sandbox backend; ``docker`` with an up-to-date text games' image."""
     request.getfixturevalue("bwrap" if request.param == "local" else "current_textgames_image")
     return request.param
+
+
+# --- a second Docker daemon, as a remote host ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def remote_daemon(client: Any) -> Iterator[str]:
+    """A second Docker daemon on this machine (its own data root, sockets and bridge), as a
+    remote Docker host: its URL, ``tcp://127.0.0.1:<port>`` (plain TCP, on loopback only), which
+    agentgym treats as remote (no shared files). Needs root, ``dockerd`` and ``ip``; skip without
+    them, fail under CI. Stopped, with everything it held, at the end of the session.
+
+    Its bridge is one made here: ``dockerd --bridge=none`` would delete the first daemon's
+    ``docker0``, whose builds then fail."""
+    dockerd, ip = shutil.which("dockerd"), shutil.which("ip")
+    if dockerd is None or ip is None or os.geteuid() != 0:
+        unavailable("a second Docker daemon needs dockerd, ip and root")
+    root = Path(tempfile.mkdtemp(prefix="dockerd-", dir="/tmp"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url, bridge = f"tcp://127.0.0.1:{port}", f"agtest{os.getpid() % 100000}"
+    subprocess.run([ip, "link", "add", bridge, "type", "bridge"], check=True)
+    subprocess.run([ip, "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", bridge], check=True)
+    log = (root / "log").open("wb")
+    daemon = subprocess.Popen(
+        [
+            dockerd,
+            f"--data-root={root / 'data'}",
+            f"--exec-root={root / 'exec'}",
+            f"--pidfile={root / 'pid'}",
+            f"--host=unix://{root / 'sock'}",
+            f"--host={url}",
+            f"--bridge={bridge}",
+            "--iptables=false",  # sandboxes have no network: no rules of its own
+            "--ip-masq=false",
+            "--shutdown-timeout=2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        eventually(lambda: _answers(url) or daemon.poll() is not None, timeout_s=60)
+        assert daemon.poll() is None, (root / "log").read_text()[-3000:]
+        yield url
+    finally:
+        daemon.terminate()
+        try:
+            daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
+        log.close()
+        subprocess.run([ip, "link", "delete", bridge], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _answers(url: str) -> bool:
+    try:
+        docker_client(url)
+    except SandboxError:
+        return False
+    return True
+
+
+def copy_image(image: str, url: str) -> str:
+    """``image`` of the default daemon, loaded into the daemon at ``url`` unless it has it (the
+    same id)."""
+    target = docker_client(url)
+    wanted = docker_client().images.get(image).id
+    with contextlib.suppress(Exception):
+        if target.images.get(image).id == wanted:
+            return image
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    subprocess.run(
+        ["docker", "--host", url, "load", "--quiet"], stdin=save.stdout, check=True, capture_output=True
+    )
+    assert save.wait() == 0
+    return image
