@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 import shutil
@@ -210,6 +211,10 @@ class EvalConfig:
     """Multi-agent envs: a training run's league folder (``<out_dir>/league``): the policy plays
     every member in the seats ``seats`` leaves (and ``opponent`` first, when given), one entry
     per opponent, and the summary gets an Elo table of them all."""
+    league_pairs: bool = False
+    """With ``league``: also play every pair of members against each other (the older member
+    in ``seats``), one entry per pair, so that the Elo table rates the members by their own
+    games too, not only through the policy. Those games stay out of the policy's statistics."""
 
 
 #: Old names of eval keys: ``{old: new}``. An override of an old name is an error naming the new.
@@ -282,11 +287,26 @@ def league_opponents(folder: str | Path) -> list[tuple[str, dict[str, Any]]]:
         raise EvalSetupError(f"league={folder}: no league to read at {path} ({exc})") from None
 
 
-def _versus(cfg: DictConfig, suite: Suite) -> tuple[Suite, dict[str, tuple[str, Any]]]:
-    """With ``league``: ``suite`` with every games entry replaced by one entry per opponent,
-    and each such entry's ``(opponent name, policy config)`` (``None``: ``opponent``, which the
-    run instantiates once). Without: ``suite`` and no opponents."""
+@dataclass(frozen=True)
+class Versus:
+    """Who plays a league entry's games: the ``opponent`` (its name, and its policy config;
+    ``None``: the run's ``opponent``, instantiated once) in the seats ``seats`` leaves, and in
+    ``seats`` the evaluated policy, or, for a pair of members (``league_pairs``), the
+    ``player`` member (name and policy config)."""
+
+    opponent: str
+    opponent_config: Any
+    player: str | None = None
+    player_config: Any = None
+
+
+def _versus(cfg: DictConfig, suite: Suite) -> tuple[Suite, dict[str, Versus]]:
+    """With ``league``: ``suite`` with every games entry replaced by one entry per opponent
+    (and per pair of members, with ``league_pairs``), and who plays each such entry. Without:
+    ``suite`` and no opponents."""
     if cfg.league is None:
+        if cfg.league_pairs:
+            raise EvalSetupError("league_pairs=true plays the members of a league: give league=")
         return suite, {}
     if not cfg.seats:
         raise EvalSetupError("league= plays the seats that `seats` leaves: name the policy's seats")
@@ -297,6 +317,8 @@ def _versus(cfg: DictConfig, suite: Suite) -> tuple[Suite, dict[str, tuple[str, 
         raise EvalSetupError(f"league={cfg.league} has no member yet, and there is no `opponent`")
     if not any(e.games for e in suite.entries):
         raise EvalSetupError("league= plays games: the run has no multi-agent entry")
+    members = [(name, config) for name, config in opponents if config is not None]
+    pairs = list(itertools.combinations(members, 2)) if cfg.league_pairs else []
     entries, versus = [], {}
     for entry in suite.entries:
         if not entry.games:
@@ -304,7 +326,10 @@ def _versus(cfg: DictConfig, suite: Suite) -> tuple[Suite, dict[str, tuple[str, 
             continue
         for name, config in opponents:
             entries.append(dataclasses.replace(entry, name=f"{entry.name} vs {name}"))
-            versus[entries[-1].name] = (name, config)
+            versus[entries[-1].name] = Versus(name, config)
+        for (older, older_config), (newer, newer_config) in pairs:
+            entries.append(dataclasses.replace(entry, name=f"{entry.name}: {older} vs {newer}"))
+            versus[entries[-1].name] = Versus(newer, newer_config, older, older_config)
     return Suite(suite.name, tuple(entries)), versus
 
 
@@ -350,7 +375,7 @@ class _Run:
     servers: ServerPool | None
     policy: Any = None
     opponent: Any = None
-    versus: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    versus: dict[str, Versus] = field(default_factory=dict)
     """With a league: each games entry's opponent, ``(name, config)`` (``None``: ``opponent``)."""
     episodes: list[Episode] = field(default_factory=list)
     """This run's stored episodes, finished before (resumed) or now."""
@@ -468,34 +493,43 @@ async def _run_episodes(run: _Run, entry: SuiteEntry) -> None:
 
 
 async def _run_games(run: _Run, entry: SuiteEntry) -> None:
-    """A multi-agent entry: its missing games (against its league opponent, loaded for it)."""
-    name, config = run.versus.get(entry.name, (None, None))
-    if config is None:
-        await _play_games(run, entry, run.opponent, name)
+    """A multi-agent entry: its missing games (against its league opponent, and with a pair of
+    members its player, each loaded for it)."""
+    versus = run.versus.get(entry.name)
+    if versus is None or versus.opponent_config is None:
+        await _play_games(run, entry, run.policy, run.opponent, versus)
         return
     skip = run.skip(entry)
     if all(skip(t, m) for t in entry.task_list() for m in range(entry.group_size)):
-        return  # a resumed run that has them all: the member need not load
-    opponent = instantiate(config)
+        return  # a resumed run that has them all: the members need not load
+    loaded: list[Any] = []
     try:
-        if hasattr(opponent, "check"):
-            await opponent.check()
-        await _play_games(run, entry, opponent, name)
+        for config in (versus.opponent_config, versus.player_config):
+            if config is not None:
+                loaded.append(instantiate(config))
+                if hasattr(loaded[-1], "check"):
+                    await loaded[-1].check()
+        player = loaded[1] if versus.player_config is not None else run.policy
+        await _play_games(run, entry, player, loaded[0], versus)
     finally:
-        if hasattr(opponent, "aclose"):
-            await opponent.aclose()
+        for policy in loaded:
+            if hasattr(policy, "aclose"):
+                await policy.aclose()
 
 
-async def _play_games(run: _Run, entry: SuiteEntry, opponent: Any, opponent_name: str | None) -> None:
-    """The missing games of ``entry``, ``opponent`` in the seats the policy leaves
-    (``opponent_name``: the episodes' ``opponent`` tag, with a league)."""
+async def _play_games(
+    run: _Run, entry: SuiteEntry, player: Any, opponent: Any, versus: Versus | None
+) -> None:
+    """The missing games of ``entry``: ``player`` in ``seats``, ``opponent`` in the seats it
+    leaves (with a league, ``versus`` names them in the episodes' ``opponent`` and ``player``
+    tags)."""
     from agentgym import multiagent
 
     cfg = run.cfg
     env_kwargs = dict(entry.env_kwargs)
     agents, metadata = multiagent.possible_agents(entry.env, env_kwargs)
     try:
-        policies = multiagent.seat_policies(agents, run.policy, cfg.seats, opponent)
+        policies = multiagent.seat_policies(agents, player, cfg.seats, opponent)
     except ValueError as exc:
         raise EvalSetupError(f"{entry.env}: {exc}") from None
     if "html" in metadata.get("render_modes", ()):
@@ -503,8 +537,10 @@ async def _play_games(run: _Run, entry: SuiteEntry, opponent: Any, opponent_name
     games_dir = run.store.path / "games" / re.sub(r"[^A-Za-z0-9_.-]+", "_", entry.name)
     games_dir.mkdir(parents=True, exist_ok=True)
     tags = {"entry": entry.name, "seats": str(len(agents))}
-    if opponent_name is not None:
-        tags["opponent"] = opponent_name
+    if versus is not None:
+        tags["opponent"] = versus.opponent
+        if versus.player is not None:
+            tags["player"] = versus.player
 
     def on_game(game: GameResult) -> None:
         for episode in game.episodes.values():
@@ -567,7 +603,11 @@ def _summary(suite: Suite, run: _Run) -> dict[str, Any]:
     entry) and each entry's."""
     entries = {e.name: _entry_summary(run, e) for e in suite.entries}
     seats = set(run.cfg.seats)
-    mine = [e for e in run.episodes if "seats" not in e.tags or not seats or e.agent in seats]
+    mine = [
+        e
+        for e in run.episodes
+        if ("seats" not in e.tags or not seats or e.agent in seats) and "player" not in e.tags
+    ]
     resumed = run.store.resumed
     ratings = rating_table(game_results(run.episodes, lambda e: e.agent in seats)) if run.versus else None
     return {

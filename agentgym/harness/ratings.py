@@ -2,7 +2,8 @@
 
 A *game result* ``(a, b, s)`` is one game between players ``a`` and ``b`` in which ``a`` scored
 ``s`` in [0, 1] (``b`` scored ``1 - s``). :func:`game_results` reads them from stored games:
-``a`` is the evaluated policy (:data:`POLICY`), ``b`` the game's ``tags["opponent"]``, and
+``a`` is the game's ``tags["player"]`` (a league member playing another, ``league_pairs``) or
+else the evaluated policy (:data:`POLICY`), ``b`` the game's ``tags["opponent"]``, and
 
     s = (1 + p - o) / 2
 
@@ -19,8 +20,8 @@ by entry, task seed and game index, whatever order they finished in). Every play
     R_b <- R_b - K * (s - E_a)                      (b's expected score is 1 - E_a)
 
 with ``K = 32``: a player 400 points above another is expected to score 10 times as much. In an
-eval run every game has the policy on one side, so its opponents (the league's members, the
-bots) compare with each other through their results against it.
+eval run the policy's opponents (the league's members, the bots) compare with each other through
+their results against it, and, with ``league_pairs``, the members through their own games too.
 """
 
 from __future__ import annotations
@@ -63,9 +64,10 @@ def elo(
 def game_results(
     episodes: Iterable[Episode], is_policy: Callable[[Episode], bool]
 ) -> list[tuple[str, str, float]]:
-    """One result ``(POLICY, opponent, s)`` per complete game among ``episodes`` whose episodes
-    carry ``tags["opponent"]`` (``is_policy(e)``: whether the policy played ``e``'s seat);
-    games with an infrastructure error, or without a seat on either side, are left out."""
+    """One result ``(player, opponent, s)`` per complete game among ``episodes`` whose episodes
+    carry ``tags["opponent"]`` (``player``: ``tags["player"]``, else :data:`POLICY`;
+    ``is_policy(e)``: whether the player played ``e``'s seat); games with an infrastructure
+    error, or without a seat on either side, are left out."""
     games: dict[str, list[Episode]] = defaultdict(list)
     for e in episodes:
         if "opponent" in e.tags:
@@ -82,7 +84,7 @@ def game_results(
         if any(e.error is not None for e in game) or not mine or not theirs:
             continue
         score = (1.0 + sum(mine) / len(mine) - sum(theirs) / len(theirs)) / 2.0
-        results.append((POLICY, game[0].tags["opponent"], score))
+        results.append((game[0].tags.get("player", POLICY), game[0].tags["opponent"], score))
     return results
 
 

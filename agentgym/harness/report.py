@@ -405,13 +405,14 @@ def _latency_section(scored: Sequence[Episode], entries: Sequence[str]) -> dict[
 
 def _roles_section(episodes: Sequence[Episode], seats: Sequence[str]) -> dict[str, Any] | None:
     """Games (episodes tagged with ``seats``): win rates per (entry, side, role), the side
-    ``policy`` for the agents of ``seats`` (every agent when empty), else ``opponent``; the role
-    is the last ``info["role"]`` of the episode's turns (``-`` without one). With a league the
-    entry is ``<entry> vs <opponent>``: a row per opponent. None without games."""
+    ``policy`` (or the member that played them, in a game of two league members) for the agents
+    of ``seats`` (every agent when empty), else ``opponent``; the role is the last
+    ``info["role"]`` of the episode's turns (``-`` without one). With a league the entry is
+    ``<entry> vs <opponent>``: a row per opponent. None without games."""
     groups: dict[tuple[str, str, str], list[Episode]] = {}
     for e in episodes:
         if "seats" in e.tags:
-            side = "policy" if not seats or e.agent in seats else "opponent"
+            side = e.tags.get("player", "policy") if not seats or e.agent in seats else "opponent"
             groups.setdefault((entry_of(e), side, role_of(e) or "-"), []).append(e)
     if not groups:
         return None

@@ -83,6 +83,7 @@ __all__ = [
     "PlacementError",
     "RayEnvServerPool",
     "ServerInfo",
+    "ray_connection",
 ]
 
 #: The custom Ray resource that an env's servers need, by a system package its manifest names:
@@ -330,7 +331,7 @@ class _Server(PlacedServer[tuple[str, Placement], ServerInfo]):
 
 
 class _Connection:
-    """This process's connection to Ray, shared by the pools open in it: made by the first one
+    """This process's connection to Ray, shared by the users open in it: made by the first one
     that finds none, ended (a ``"local"`` instance shut down with it) by the last one's close.
     A connection made outside (``ray.init``) is used and left alone."""
 
@@ -363,7 +364,9 @@ class _Connection:
                 ray.shutdown()
 
 
-_connection = _Connection()
+ray_connection = _Connection()
+"""This process's connection to Ray, shared by what runs on the cluster (env server pools, vLLM
+replicas): ``acquire(cluster)`` before, ``release()`` after."""
 
 
 class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
@@ -421,8 +424,8 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         self.startup_timeout_s = startup_timeout_s
         self.runtime_env = dict(runtime_env or {})
         self.sandbox: Backend | None = sandbox
-        _connection.acquire(cluster)
-        self._host = "127.0.0.1" if _connection.local else None
+        ray_connection.acquire(cluster)
+        self._host = "127.0.0.1" if ray_connection.local else None
 
     # --- envs ------------------------------------------------------------------------------------
 
@@ -463,7 +466,7 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
                 if server.actor is not None:
                     ray.kill(server.actor)
         finally:
-            _connection.release()
+            ray_connection.release()
 
     def __repr__(self) -> str:
         return f"RayEnvServerPool({len(self.servers())} servers, {'closed' if self.closed else 'open'})"

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from rich.console import Console
@@ -53,6 +53,12 @@ _HEALTH_POLL_S = 0.5
 #: Text a server must tokenize as the policy's tokenizer does (prompts are sent as token ids).
 _TOKENIZER_PROBE = "Sokoban: push 2 boxes north-east, then say <action>done</action>. Café, naïve."
 _status = Console(stderr=True)  # where a starting server says so: stdout is for results
+
+
+class Stoppable(Protocol):
+    """What a policy launched and stops when it closes (a :class:`VLLMServer`, or replicas)."""
+
+    def stop(self) -> None: ...
 
 
 class VLLMServerError(RuntimeError):
@@ -116,8 +122,10 @@ class VLLMServer:
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout: float = 300.0,
         env: Mapping[str, str] | None = None,
+        host: str = "127.0.0.1",
     ):
         self.model_name = model
+        self.host = host
         self.port = port or _free_port()
         self.dtype = dtype
         self.enable_lora = enable_lora
@@ -137,8 +145,8 @@ class VLLMServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no trailing slash, no ``/v1``)."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://HOST:PORT`` (no trailing slash, no ``/v1``)."""
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}"
 
     def command(self) -> list[str]:
         """The server's command line."""
@@ -152,7 +160,7 @@ class VLLMServer:
             "--served-model-name",
             self.model_name,
             "--host",
-            "127.0.0.1",
+            self.host,
             "--port",
             str(self.port),
             "--dtype",
@@ -278,7 +286,8 @@ class VLLMPolicy:
 
     ``served_model`` is the base model's name on the server (default: asked from ``/v1/models``).
     ``lora`` names a LoRA adapter already loaded on the server to use instead of the base model.
-    The HTTP client belongs to the event loop that first uses it; under a new loop (a new
+    ``api_key`` is sent as a bearer token (servers started with ``--api-key`` or
+    ``$VLLM_API_KEY``). The HTTP client belongs to the event loop that first uses it; under a new loop (a new
     ``asyncio.run``) a new client is made.
 
     Weight pushes while requests run (asynchronous training) never mix two versions in one
@@ -309,6 +318,7 @@ class VLLMPolicy:
         backoff: float = 0.5,
         lora: str | None = None,
         cooldown: float = 10.0,
+        api_key: str | None = None,
     ):
         urls = base_urls(base_url)
         self.base_url: str | tuple[str, ...] = urls[0] if len(urls) == 1 else urls
@@ -323,13 +333,16 @@ class VLLMPolicy:
         self.policy_version = 0
         """Version of the weights requests use now: incremented by every :meth:`load_lora` and
         :meth:`reload_weights`, or set by :meth:`swap_lora` (a weight push)."""
-        self.server: VLLMServer | None = None
-        """The server this policy launched and stops in :meth:`aclose` (see :meth:`launch`)."""
+        self.server: Stoppable | None = None
+        """The server (or servers) this policy launched and stops in :meth:`aclose` (see
+        :meth:`launch`)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._router = Router(
             urls,
             lambda url: async_http_client(
                 url,
                 timeout=self.timeout,
+                headers=headers,
                 limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
             ),
             error=VLLMRequestError,
@@ -613,11 +626,20 @@ def vllm_policy(
     model: str = "smollm2-135m",
     *,
     server: Mapping[str, Any] | None = None,
+    replicas: int = 1,
+    cluster: str | None = None,
     **policy_kwargs: Any,
 ) -> VLLMPolicy:
     """Hydra entry point: a :class:`VLLMPolicy` on ``base_url`` (one URL or a list), or, when it
     is None, on a local server launched with the :class:`VLLMServer` keyword arguments
-    ``server`` (stopped by ``aclose``)."""
+    ``server`` (stopped by ``aclose``); with ``cluster`` (a Ray cluster, see
+    :mod:`agentgym.policies.vllm_ray`), on ``replicas`` servers launched as Ray actors."""
     if base_url is not None:
         return VLLMPolicy(base_url, model, **policy_kwargs)
+    if cluster is not None:
+        from agentgym.policies.vllm_ray import launch_replicas  # Ray loads only when used
+
+        return launch_replicas(model, replicas, cluster, server=server, **policy_kwargs)
+    if replicas != 1:
+        raise ValueError(f"replicas={replicas} launches servers as Ray actors: give cluster= too")
     return VLLMPolicy.launch(model, **policy_kwargs, **dict(server or {}))

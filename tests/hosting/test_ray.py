@@ -27,7 +27,6 @@ from agentgym.harness.eval import compose_eval_config, run_eval
 from agentgym.harness.store import RunStore, read_episodes, unit_key
 from agentgym.hosting import EnvServerPool
 from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
-from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox.spec import Backend
 from agentgym.server import InvalidRemoteKwargs
@@ -36,6 +35,7 @@ from agentgym.server.jsonsafe import to_jsonable
 from support import TESTS, run_python
 from support.episodes import comparable, varied_action
 from support.sandboxes import eventually
+from support.servers import KillingPolicy, record_made
 
 ray = pytest.importorskip("ray", reason="needs Ray: pip install 'agentgym[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -232,21 +232,6 @@ def test_bad_arguments_are_clear_errors(cluster: Cluster, pools: Callable[..., R
 # --- faults --------------------------------------------------------------------------------------
 
 
-class KillingPolicy(RandomPolicy):
-    """A random policy (its choices a function of each request's seed) that, from its
-    ``at``-th generate call on, calls ``kill`` until it says it killed."""
-
-    def __init__(self, at: int, kill: Callable[[], bool]):
-        super().__init__()
-        self.at, self.kill, self.calls, self.killed = at, kill, 0, False
-
-    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        self.calls += 1
-        if self.calls >= self.at and not self.killed:
-            self.killed = self.kill()
-        return await super().generate(requests)
-
-
 @pytest.mark.slow
 def test_a_removed_node_costs_retries_not_episodes(
     cluster: Cluster, pools: Callable[..., RayEnvServerPool], tmp_path: Path
@@ -257,11 +242,13 @@ def test_a_removed_node_costs_retries_not_episodes(
     tasks = default_tasks(24)
     expected = collect(SOKOBAN, RandomPolicy(), tasks, **options)
     servers = pools(sessions_per_server=2)
+    made = record_made(servers)
     lost: list[str] = []
 
     def remove_spare() -> bool:
-        """Remove the spare node once it serves sessions."""
-        lost.extend(s.url for s in servers.servers() if s.node_id == spare.node_id)
+        """Remove the spare node once it serves an episode under way (a made env's)."""
+        hosts = {servers.server_of(env) for env in made if not env.session.closed}
+        lost.extend(s.url for s in hosts if s.node_id == spare.node_id)
         if lost:
             cluster.remove_node(spare)
         return bool(lost)

@@ -27,8 +27,7 @@ import pytest
 import agentgym
 from agentgym.hosting import EnvServerPool, default_pool
 from agentgym.hosting.envserver import python_in
-from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
-from agentgym.policy import Generation, GenerationRequest
+from agentgym.policies.scripted import ScriptedPolicy
 from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox import (
     DockerSandbox,
@@ -47,6 +46,7 @@ from agentgym.server.jsonsafe import to_jsonable
 from support import ROOT
 from support.episodes import FREE_TEXT, comparable, varied_action
 from support.sandboxes import ENVS, connect_script, eventually, host_tcp_server, run_and_crash
+from support.servers import KillingPolicy, record_made
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
 
@@ -245,47 +245,21 @@ def test_env_server_has_no_network(backend: Backend) -> None:
 # --- faults --------------------------------------------------------------------------------------
 
 
-class KillingPolicy(RandomPolicy):
-    """A random policy that runs ``kill`` once, at its ``at``-th generate call."""
-
-    def __init__(self, at: int, kill: Any):
-        super().__init__()
-        self.at, self.kill, self.calls = at, kill, 0
-
-    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
-        self.calls += 1
-        if self.calls == self.at:
-            self.kill()
-        return await super().generate(requests)
-
-
-class RecordingPool(EnvServerPool):
-    """An :class:`EnvServerPool` that keeps the envs it made, in order."""
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.made: list[RemoteEnv] = []
-
-    async def amake(self, *args: Any, **kwargs: Any) -> RemoteEnv:
-        env = await super().amake(*args, **kwargs)
-        self.made.append(env)
-        return env
-
-
 @pytest.mark.docker
 @pytest.mark.usefixtures("textgames_image")
 def test_killed_container_fails_only_its_episodes() -> None:
     killed: list[Sandbox] = []
     before: set[str] = set()
     seen: set[str] = set()
-    with RecordingPool("docker", sessions_per_server=2, warm=1) as servers:
+    with EnvServerPool("docker", sessions_per_server=2, warm=1) as servers:
+        made = record_made(servers)
 
         def kill() -> None:
             # The server of the first env made: its episode is under way (at the third generate
             # call it has played at most three of its six turns). A server that only has sessions
             # still being made would cost no episode: a failed make is retried on another server.
             before.update(s.id for s in servers.sandboxes())
-            victim = servers.sandbox_of(servers.made[0])
+            victim = servers.sandbox_of(made[0])
             assert isinstance(victim, DockerSandbox)
             docker_client().api.kill(victim.container_id)  # failure injection: `docker kill`
             # `docker kill` returns once the signal is sent: wait until the server is gone, or on

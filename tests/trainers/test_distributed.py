@@ -276,12 +276,13 @@ def test_agentgym_train_under_torchrun(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="needs a machine without CUDA")
 def test_nccl_without_cuda_fails_every_rank_at_once(tmp_path):
-    """learner.device=cuda (NCCL) on a CPU-only machine: every rank refuses the configuration
-    before loading anything, and nothing is left running."""
+    """learner.device=cuda (NCCL) on a CPU-only machine: a rank refuses the configuration before
+    loading anything, torchrun stops the other (which may not have got as far as saying so
+    too), and nothing is left running."""
     started = time.monotonic()
     done = torchrun(2, {**TINY, "steps": 1, "out_dir": tmp_path, "learner": {"device": "cuda"}})
     assert done.returncode != 0
-    assert done.stdout.count("bad configuration: learner.device=cuda trains on the GPUs with NCCL") == 2
+    assert done.stdout.count("bad configuration: learner.device=cuda trains on the GPUs with NCCL") >= 1
     assert "use learner.device=cpu (gloo)" in done.stdout
     assert time.monotonic() - started < 60
     assert not (tmp_path / "checkpoint").exists()

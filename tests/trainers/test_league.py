@@ -219,6 +219,8 @@ def test_eval_league_errors(tmp_path: Path) -> None:
     (tmp_path / "league.json").write_text('{"members": []}', encoding="utf-8")
     with pytest.raises(EvalSetupError, match="has no member yet, and there is no `opponent`"):
         run("seats=[player_1]", f"league={tmp_path}")
+    with pytest.raises(EvalSetupError, match="league_pairs=true plays the members of a league: give league="):
+        run("seats=[player_1]", "league_pairs=true")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,17 +273,20 @@ def test_train_against_the_league_then_eval_it(tmp_path: Path) -> None:
             "seats=[player_1]",
             "opponent={_target_: agentgym.envs.signaling.bots.BotPolicy}",
             f"league={out / 'league'}",
+            "league_pairs=true",
             "policy=scripted",
             "policy.act=agentgym.envs.signaling.bots:expert_action",
         ]
     )
     _, summary = asyncio.run(run_eval(cfg))
     names = [f"{ENV_ID} vs {o}" for o in ("BotPolicy", "step-000001", "step-000002")]
-    assert list(summary["entries"]) == names and summary["complete"]
-    assert all(summary["entries"][n]["games_played"] == 2 for n in names)
+    pair = f"{ENV_ID}: step-000001 vs step-000002"  # the members play each other too
+    assert list(summary["entries"]) == [*names, pair] and summary["complete"]
+    assert all(summary["entries"][n]["games_played"] == 2 for n in [*names, pair])
+    assert summary["episodes"] == 6  # the policy's seats only: not the members' own game
     assert {r["player"]: r["games"] for r in summary["ratings"]} == {
         "policy": 6,
         "BotPolicy": 2,
-        "step-000001": 2,
-        "step-000002": 2,
+        "step-000001": 4,
+        "step-000002": 4,
     }
