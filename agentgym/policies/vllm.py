@@ -287,8 +287,8 @@ class VLLMPolicy:
     ``served_model`` is the base model's name on the server (default: asked from ``/v1/models``).
     ``lora`` names a LoRA adapter already loaded on the server to use instead of the base model.
     ``api_key`` is sent as a bearer token (servers started with ``--api-key`` or
-    ``$VLLM_API_KEY``). The HTTP client belongs to the event loop that first uses it; under a new loop (a new
-    ``asyncio.run``) a new client is made.
+    ``$VLLM_API_KEY``). The HTTP client belongs to the event loop that first uses it; under a
+    new loop (a new ``asyncio.run``) a new client is made.
 
     Weight pushes while requests run (asynchronous training) never mix two versions in one
     generation: each request names its model (adapter) and takes :attr:`policy_version` when it

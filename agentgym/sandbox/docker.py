@@ -319,9 +319,9 @@ class DockerSandbox(Sandbox):
         host = self._on_host(pid_file)
         if host is not None:
             deadline = time.monotonic() + wait_s
-            while not _read_pid(host) and time.monotonic() < deadline:
+            while not (pid := _read_pid(host)) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            if not _read_pid(host):
+            if not pid:
                 return
         try:
             stream = self._api.attach_socket(self.container_id, params={"stdin": 1, "stream": 1})

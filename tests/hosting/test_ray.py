@@ -290,6 +290,8 @@ def test_servers_in_sandboxes_on_their_nodes_give_the_local_episodes(
     expected = collect(SOKOBAN, ScriptedPolicy(varied_action), default_tasks(2), **options)
     with RayEnvServerPool(cluster.address, sandbox=backend, cpus_per_server=0.5) as servers:
         env = servers.make(SOKOBAN)
+        refused = httpx.get(f"{servers.server_of(env).url}/health", trust_env=False)
+        assert refused.status_code == 401  # the sandboxed server checks the pool's token itself
         assert Placement.for_env(SOKOBAN, sandbox="docker").custom == (("docker", 1.0),)
         sandboxed = [p for p in Path("/proc").glob("[0-9]*/cmdline") if _serves_in_a_sandbox(p)]
         assert sandboxed, "no env server runs in a sandbox"
