@@ -39,7 +39,7 @@ from agentgym.policies.router import Router, Server, base_urls
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
 from agentgym.process import LOG_TAIL_LINES, ManagedProcess, ProcessStartError
 
-__all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError", "vllm_policy"]
+__all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError"]
 
 #: Environment every server gets: internal sockets on loopback, no usage reporting.
 _BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
@@ -620,26 +620,3 @@ class VLLMPolicy:
             await asyncio.to_thread(self.server.stop)
             self.server = None
 
-
-def vllm_policy(
-    base_url: str | Sequence[str] | None = None,
-    model: str = "smollm2-135m",
-    *,
-    server: Mapping[str, Any] | None = None,
-    replicas: int = 1,
-    cluster: str | None = None,
-    **policy_kwargs: Any,
-) -> VLLMPolicy:
-    """Hydra entry point: a :class:`VLLMPolicy` on ``base_url`` (one URL or a list), or, when it
-    is None, on a local server launched with the :class:`VLLMServer` keyword arguments
-    ``server`` (stopped by ``aclose``); with ``cluster`` (a Ray cluster, see
-    :mod:`agentgym.policies.vllm_ray`), on ``replicas`` servers launched as Ray actors."""
-    if base_url is not None:
-        return VLLMPolicy(base_url, model, **policy_kwargs)
-    if cluster is not None:
-        from agentgym.policies.vllm_ray import launch_replicas  # Ray loads only when used
-
-        return launch_replicas(model, replicas, cluster, server=server, **policy_kwargs)
-    if replicas != 1:
-        raise ValueError(f"replicas={replicas} launches servers as Ray actors: give cluster= too")
-    return VLLMPolicy.launch(model, **policy_kwargs, **dict(server or {}))

@@ -25,18 +25,25 @@ MODEL = "smollm2-135m"
 CHAT = [{"role": "user", "content": "Name a colour. Answer with <action>colour</action>."}]
 
 
-def requests(tokens: int) -> list[GenerationRequest]:
+STORY = [{"role": "user", "content": "Tell a long story about a lighthouse keeper and a storm."}]
+
+
+def requests(tokens: int, chat: list[dict[str, str]] = CHAT) -> list[GenerationRequest]:
     return [
-        GenerationRequest(CHAT, SamplingParams(max_tokens=tokens, temperature=1.0), seed=i) for i in range(4)
+        GenerationRequest(chat, SamplingParams(max_tokens=tokens, temperature=1.0), seed=i) for i in range(4)
     ]
 
 
-LONG = requests(48)  # a few seconds on the vLLM CPU server: a push lands while they run
+# A few seconds on the vLLM CPU server, so that a push lands while they run: a prompt the
+# adapters are not trained on (on CHAT they soon answer in a few tokens and stop).
+LONG = requests(64, STORY)
 
 
-async def _until(condition, timeout: float = 60.0) -> None:
+async def _until(condition, timeout: float = 60.0, unless: asyncio.Future | None = None) -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` s or once ``unless`` is done."""
     deadline = asyncio.get_running_loop().time() + timeout
     while not await condition():
+        assert unless is None or not unless.done(), "the requests ended before they were seen running"
         assert asyncio.get_running_loop().time() < deadline, "timed out waiting"
         await asyncio.sleep(0.02)
 
@@ -128,7 +135,7 @@ async def test_lora_hot_swap_mid_generation(server, tmp_path):
         assert (policy.lora, policy.policy_version) == ("agentgym-policy-3", 3)
         second = _train(learner, 3)
         early = asyncio.ensure_future(policy.generate(LONG))
-        await _until(lambda: _running_on(server))
+        await _until(lambda: _running_on(server), unless=early)
         await push_weights(learner, policy, tmp_path, keep=3)
         assert not early.done(), "the first requests ended before the push"
         assert await _adapters(policy) == {"agentgym-policy-3", "agentgym-policy-6"}  # -3 still in use
@@ -152,7 +159,7 @@ async def test_full_reload_waits_for_running_requests(server):
     policy = VLLMPolicy(server.base_url, MODEL, served_model=server.model_name)
     try:
         early = asyncio.ensure_future(policy.generate(LONG))
-        await _until(lambda: _running_on(server))
+        await _until(lambda: _running_on(server), unless=early)
         reload = asyncio.ensure_future(policy.reload_weights(resolve_model(MODEL), version=5))
         await asyncio.sleep(0.1)
         assert not reload.done()  # the running requests come first
