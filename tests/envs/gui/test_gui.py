@@ -1,11 +1,11 @@
 """``agentgym/Desktop-v0`` on a real desktop: Xvfb, D-Bus, AT-SPI, openbox, Mousepad, galculator,
 LibreOffice Calc and Thunar, driven with xdotool.
 
-The expert solves every task; checkers reject near misses made in the real applications; the
-observation lists what the screenshot shows; episodes are isolated; bad actions, a crashed or
-hung application and a dead desktop are answered, never hang; the env runs under bubblewrap and
-in docker; no X server, application or desktop directory outlives a test. Without the desktop
-packages the tests skip (fail under CI).
+The expert solves the tasks (every held-out one, a third of the others); checkers reject near
+misses made in the real applications; the observation lists what the screenshot shows; episodes
+are isolated; bad actions, a crashed or hung application and a dead desktop are answered, never
+hang; the env runs under bubblewrap and in docker; no X server, application or desktop directory
+outlives a test. Without the desktop packages the tests skip (fail under CI).
 """
 
 from __future__ import annotations
@@ -138,10 +138,12 @@ def test_observations_are_the_same_in_every_process() -> None:
         assert "Free space" not in obs and os.path.basename(runs[0]["root"]) not in obs
 
 
-@pytest.mark.slow  # minutes: 96 tasks
-def test_the_expert_solves_every_task(env: DesktopEnv) -> None:
+@pytest.mark.slow  # minutes: 48 tasks
+def test_the_expert_solves_every_test_task_and_a_third_of_the_training_tasks(env: DesktopEnv) -> None:
+    """Every kind, every held-out task; the training tasks of a kind are made by the same code
+    from the same random stream, so a third of them (every kind's) stands for the rest."""
     failed = {}
-    for task in gui_tasks():
+    for task in gui_tasks("test") + gui_tasks("train")[::3]:
         obs, info = play(env, task.id)
         if not info["success"]:
             failed[task.id] = (info.get("problems"), obs[-600:])
