@@ -11,6 +11,11 @@ gradient of its share of each mini-batch (:meth:`World.share`), weighted by the 
 mini-batch's token or row count; the sum over the ranks (:meth:`World.sum_gradients`) is then the
 one-process gradient of the whole mini-batch, and every rank takes the same optimizer step.
 
+With ``learner.fsdp=true`` the ranks hold shards instead of replicas (:func:`shard`, FSDP2): each
+keeps 1/size of every parameter, gradient and optimizer state, and every pass of the model is a
+collective that all ranks run together, so rank 0 has the others run each of its learner calls
+that touches the model, not just the updates (:meth:`~agentgym.trainers.learner.Learner.follow`).
+
 The backend follows the learner's device: gloo on the CPU, NCCL on GPUs (each rank on the GPU of
 its ``LOCAL_RANK``). Without ``WORLD_SIZE`` (no torchrun) or with one process nothing is
 initialized and every exchange is a no-op. Every collective waits at most ``timeout_s``: a rank
@@ -27,12 +32,12 @@ import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Stopped", "World", "local_launch"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Stopped", "World", "full", "is_shard", "local_launch", "shard"]
 
 #: Seconds a rank waits in one collective (the other ranks: for rank 0's next update, which
 #: comes after a whole step's collection and evaluation) before it fails.
@@ -191,11 +196,11 @@ class World:
         return mine
 
     def sum_gradients(
-        self, params: Sequence[torch.nn.Parameter], metrics: dict[str, float]
+        self, params: Sequence[torch.nn.Parameter], metrics: dict[str, float], device: torch.device
     ) -> dict[str, float]:
         """Replace each parameter's gradient by its sum over the ranks (a missing gradient counts
         as zeros: a rank with no share of the mini-batch), and return ``metrics`` summed over the
-        ranks likewise, in the same collectives; nothing for one process."""
+        ranks likewise, in the same collectives (on ``device``); nothing for one process."""
         if self.size == 1:
             return metrics
         grads = []
@@ -203,9 +208,17 @@ class World:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad)
-        totals = torch.tensor(list(metrics.values()), dtype=torch.float64, device=params[0].device)
+        totals = torch.tensor(list(metrics.values()), dtype=torch.float64, device=device)
         self._all_reduce([*grads, totals])
         return dict(zip(metrics, totals.tolist()))
+
+    def most(self, count: int, device: torch.device) -> int:
+        """The largest ``count`` of any rank (each rank gives its own); ``count`` in one process."""
+        if self.size == 1:
+            return count
+        value = torch.tensor([count], dtype=torch.int64, device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return int(value.item())
 
     def _all_reduce(self, tensors: Sequence[torch.Tensor]) -> None:
         """Sum ``tensors`` over the ranks in place: one collective per bucket of tensors of one
@@ -225,6 +238,56 @@ class World:
             dist.all_reduce(flat)
             for t, part in zip(bucket, flat.split([t.numel() for t in bucket])):
                 t.copy_(part.view_as(t))
+
+
+def shard(model: torch.nn.Module, device: torch.device) -> None:
+    """Shard ``model`` (a transformers model, or a PEFT model around one) over the ranks of the
+    default process group with FSDP2: one unit per decoder layer (the model's
+    ``_no_split_modules``), the rest in the root. Gradients come out as the mean over the ranks
+    (gloo has no pre-scaled sum). Full tensors given to ``load_state_dict`` load into the shards
+    (each rank keeps its part, with no communication), so checkpoints and pushed weights keep
+    one format whatever the number of ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    base = cast(Any, model).get_base_model() if hasattr(model, "get_base_model") else model
+    layers = set(getattr(base, "_no_split_modules", None) or ())
+    if not layers:
+        raise ValueError(
+            f"learner.fsdp: {type(base).__name__} names no decoder layer class (_no_split_modules)"
+        )
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    for module in list(model.modules()):
+        if type(module).__name__ in layers:
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.register_load_state_dict_pre_hook(_into_shards)
+
+
+def _into_shards(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, *_: Any) -> None:
+    """Before a sharded ``module`` loads ``state_dict``: its full tensors become this rank's shards."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    current = module.state_dict()
+    for key, value in list(state_dict.items()):
+        target = current.get(key.removeprefix(prefix))
+        if isinstance(target, DTensor) and not isinstance(value, DTensor):
+            state_dict[key] = distribute_tensor(
+                value.to(target.device), target.device_mesh, target.placements, src_data_rank=None
+            )
+
+
+def is_shard(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is this rank's shard of a sharded one (a DTensor)."""
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(tensor, DTensor)
+
+
+def full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole of a sharded tensor (a collective: every rank gathers it, in the same order);
+    any other tensor as it is."""
+    return cast(Any, tensor).full_tensor() if is_shard(tensor) else tensor
 
 
 def local_launch(ranks: int) -> dict[str, str]:

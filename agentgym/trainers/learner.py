@@ -23,8 +23,10 @@ Fine-tuning is full or LoRA (peft). The KL reference is a frozen copy of the ini
 Data-parallel under torchrun (``trainers.distributed``): rank 0's learner sends each update's rows
 to the replicas on the other ranks (:meth:`Learner.follow`); each rank computes the gradient of its
 share of every mini-batch, and the gradients summed over the ranks are the one-process gradient of
-the whole mini-batch, so the update equals the one-process update to float tolerance. A checkpoint
-is rank 0's learner state, the same whatever the number of ranks.
+the whole mini-batch, so the update equals the one-process update to float tolerance. With
+``fsdp=True`` the ranks hold shards of the model instead of replicas (FSDP2) and run every learner
+call of rank 0's together. A checkpoint is rank 0's learner state with whole tensors, the same
+whatever the number of ranks and the sharding.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from agentgym.episode import Episode
 from agentgym.files import atomic_path
 from agentgym.policies.batching import left_pad, prefix_cached
 from agentgym.policies.models import resolve_model
-from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World
+from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World, full, is_shard, shard
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
 
 __all__ = ["Learner", "LearnerConfig", "TrainingRow", "rows_from_episodes"]
@@ -122,6 +124,12 @@ class LearnerConfig:
     """Where the model trains: auto (CUDA when available), cpu, cuda, cuda:1, ..."""
     seed: int = 0
     """Seed of the initialization (value head, LoRA) and of every random number generator."""
+    fsdp: bool = False
+    """Under torchrun with several ranks: shard the model's parameters, gradients and optimizer
+    state over the ranks (FSDP2, one unit per decoder layer), for a model that does not fit one
+    device. Every rank then takes part in every pass of the model, so the weights reach the
+    generator by push only (``generator=vllm``). Default: each rank holds a whole replica and the
+    gradients are summed over the ranks. Nothing changes in one process."""
     dist_timeout_s: float = DEFAULT_TIMEOUT_S
     """Under torchrun: seconds a rank waits for the others in one exchange before it fails
     instead of hanging. The ranks other than 0 wait this long for each update while rank 0
@@ -251,6 +259,12 @@ class Learner:
             )
         elif config.kl_coef:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        self.sharded = config.fsdp and self.world.size > 1
+        """Whether the ranks hold shards of the model (FSDP2) rather than replicas."""
+        if self.sharded:
+            shard(model, self.device)
+            if self.reference is not None:
+                shard(self.reference, self.device)
         self.model = model
         self.model.train()
         self.value_head: torch.nn.Linear | None = None
@@ -292,7 +306,7 @@ class Learner:
         that continues them, and the suffixes (last prompt token + response) run on top. A group
         of GRPO members has one first prompt, so this runs it once instead of ``group_size``
         times; the gradient flows through the shared keys and values, so the result is that of
-        whole sequences.
+        whole sequences. A sharded model runs each row whole instead.
 
         Suffixes are left-padded, so every response ends at the last position and the LM head
         runs only on the last ``longest + 1`` positions. Outputs are right-aligned: row i's
@@ -301,12 +315,15 @@ class Learner:
         model = model or self.model
         lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         longest = int(lengths.max())
+        # A sharded model runs whole sequences in one call: FSDP2 would not gather the weights
+        # again for the backward pass through a first call's keys and values.
+        cut = 0 if self.sharded else -1
         suffix_ids, suffix_mask, _ = left_pad(
-            [r.prompt_ids[-1:] + r.response_ids for r in rows], 0, self.device
+            [r.prompt_ids[cut:] + r.response_ids for r in rows], 0, self.device
         )
         distinct: dict[tuple[int, ...], int] = {}
         which = torch.tensor(
-            [distinct.setdefault(tuple(r.prompt_ids[:-1]), len(distinct)) for r in rows], device=self.device
+            [distinct.setdefault(tuple(r.prompt_ids[:cut]), len(distinct)) for r in rows], device=self.device
         )
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
             cache, attention = None, suffix_mask
@@ -349,13 +366,36 @@ class Learner:
         ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
         return logprobs * mask, mask, ent, value
 
+    def _passes(self, rows: list[TrainingRow], filler: TrainingRow | None) -> list[list[int]]:
+        """The micro-batches of ``rows`` (indices). Sharded, every rank must run as many passes
+        of the model as the others: the list is padded to the most any rank has with passes
+        over ``filler`` alone (index ``len(rows)``, whose result is thrown away)."""
+        passes = _micro_batches(rows, self.config.micro_batch_tokens)
+        if self.sharded:
+            most = self.world.most(len(passes), self.device)
+            if most > len(passes):
+                assert filler is not None, "a sharded rank with fewer passes needs a filler row"
+                passes += [[len(rows)]] * (most - len(passes))
+        return passes
+
+    def _lead(self, method: str, *args: Any) -> None:
+        """Rank 0 of sharded ranks: have the others (in :meth:`follow`) run ``method(*args)``
+        with it, since every pass of a sharded model is a collective."""
+        if self.sharded and self.world.is_main:
+            self.world.send((method, args))
+
     @torch.no_grad()
     def logprobs(self, rows: list[TrainingRow]) -> list[list[float]]:
         """Current-model log-probabilities of each row's response tokens (no gradient)."""
+        self._lead("logprobs", rows)
+        return self._logprobs(rows)
+
+    def _logprobs(self, rows: list[TrainingRow], filler: TrainingRow | None = None) -> list[list[float]]:
         out: list[list[float]] = [[] for _ in rows]
-        for indices in _micro_batches(rows, self.config.micro_batch_tokens):
-            lp = self._forward([rows[i] for i in indices])[0]
-            for j, i in enumerate(indices):
+        padded = [*rows, filler] if filler is not None else rows
+        for indices in self._passes(rows, filler):
+            lp = self._forward([padded[i] for i in indices])[0]
+            for j, i in enumerate(i for i in indices if i < len(rows)):
                 out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids) :].tolist()
         return out
 
@@ -364,8 +404,9 @@ class Learner:
         """The critic's V of each row (at its last prompt token); needs ``value_head``."""
         if self.value_head is None:
             raise ValueError("this learner has no value head (LearnerConfig.value_head=False)")
+        self._lead("values", rows)
         out = np.zeros(len(rows), dtype=np.float64)
-        for indices in _micro_batches(rows, self.config.micro_batch_tokens):
+        for indices in self._passes(rows, None):
             value = self._forward([rows[i] for i in indices], values=True)[3]
             assert value is not None  # values=True returns them
             out[indices] = value.cpu().numpy()
@@ -401,8 +442,8 @@ class Learner:
                 f"a row's generator logprobs do not match its response length "
                 f"(old_logprobs={cfg.old_logprobs!r} needs the generator's log-prob of every token)"
             )
-        if self.world.is_main:
-            self.world.send(rows)  # the other ranks wait for them in follow()
+        if self.world.is_main and self.world.size > 1:
+            self.world.send(("update", (rows,)))  # the other ranks wait for them in follow()
         # The mini-batch of each optimizer step, and this rank's share of it (all of it in one
         # process), with the rows that share a prompt side by side.
         plan: list[tuple[list[int], list[int]]] = []
@@ -420,7 +461,7 @@ class Learner:
             old = list(generated)
         elif not single_step:
             mine = sorted({i for _, share in plan for i in share})
-            for i, logprobs in zip(mine, self.logprobs([rows[i] for i in mine])):
+            for i, logprobs in zip(mine, self._logprobs([rows[i] for i in mine], rows[0])):
                 old[i] = logprobs
         behaviour = generated if cfg.old_logprobs == "decoupled" else [None] * len(rows)
         staleness = float(np.mean([self.step - r.policy_version for r in rows]))
@@ -433,6 +474,7 @@ class Learner:
                 use_kl,
                 batch_rows=len(chosen),
                 batch_tokens=sum(len(rows[i].response_ids) for i in chosen),
+                filler=rows[chosen[0]],
             )
             for chosen, share in plan
         ]
@@ -447,13 +489,15 @@ class Learner:
         use_kl: bool,
         batch_rows: int,
         batch_tokens: int,
+        filler: TrainingRow,
     ) -> dict[str, float]:
         """One optimizer step on a mini-batch of ``batch_rows`` rows with ``batch_tokens``
         response tokens, of which this rank has ``rows`` (all of them in one process; none is
         fine); the loss and the metrics are the whole mini-batch's. An old log-prob entry of
         ``None`` means "this model's current values" (taken detached from the step's own forward
         pass). Rows with behaviour log-probs get the decoupled loss; all rows or none have
-        them."""
+        them. ``filler``: a row of the mini-batch, for the passes of weight 0 that a sharded
+        rank with fewer micro-batches than the others runs (:meth:`_passes`)."""
         cfg = self.config
         # Checked against their Literal types in LearnerConfig.__post_init__.
         aggregation = cast(Aggregation, cfg.aggregation)
@@ -471,14 +515,20 @@ class Learner:
         if self.value_head is not None:
             sums["vf_loss"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
-        for indices in _micro_batches(rows, cfg.micro_batch_tokens):
+        rows, old_logprobs, behaviour_logprobs = (
+            [*rows, filler],
+            [*old_logprobs, None],
+            [*behaviour_logprobs, None],
+        )
+        for indices in self._passes(rows[:-1], filler):
             batch = [rows[i] for i in indices]
+            counted = indices != [len(rows) - 1]  # not a filler pass
             logp, mask, entropy, value = self._forward(
                 batch, entropy=True, values=self.value_head is not None
             )
             old = _right_aligned(logp.detach(), [old_logprobs[i] for i in indices])
             behaviour = None
-            if behaviour_logprobs[indices[0]] is not None:
+            if counted and behaviour_logprobs[indices[0]] is not None:
                 behaviour = _right_aligned(old, [behaviour_logprobs[i] for i in indices])
             adv = torch.tensor([r.advantage for r in batch], device=self.device)
             ref = self._reference_logprobs(batch) if use_kl else None
@@ -503,8 +553,10 @@ class Learner:
             # equals the whole mini-batch.
             share = (
                 int(mask.sum()) / batch_tokens if cfg.aggregation == "token-mean" else len(batch) / batch_rows
-            )
-            loss = out.loss * share
+            ) * counted
+            # Sharded gradients come out as the mean over the ranks: scaled by their number, the
+            # sum (the replicated value head's are summed, then divided likewise).
+            loss = out.loss * share * (self.world.size if self.sharded else 1)
             if value is not None:
                 targets = torch.tensor([[r.value_target] for r in batch], device=self.device)
                 old_v = torch.tensor([[r.old_value] for r in batch], device=self.device)
@@ -515,8 +567,8 @@ class Learner:
                     torch.ones_like(old_v, dtype=torch.bool),
                     clip=cfg.value_clip,
                 )
-                rows_share = len(batch) / batch_rows  # the value loss is a mean over rows
-                loss = loss + cfg.vf_coef * vf * rows_share
+                rows_share = len(batch) / batch_rows * counted  # the value loss is a mean over rows
+                loss = loss + cfg.vf_coef * vf * rows_share * (self.world.size if self.sharded else 1)
                 sums["vf_loss"] += rows_share * vf.item()
             loss.backward()
             sums["loss"] += share * out.loss.item()
@@ -528,8 +580,13 @@ class Learner:
             sums["is_weight_mean"] += share * out.is_weight_mean.item()
             sums["is_truncated_frac"] += share * out.is_truncated_frac.item()
         params = [p for m in self._modules() for p in m.parameters() if p.requires_grad]
-        sums = self.world.sum_gradients(params, sums)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        replicated = [p for p in params if not is_shard(p)]
+        sums = self.world.sum_gradients(replicated, sums, self.device)
+        if self.sharded:
+            for p in replicated:
+                assert p.grad is not None  # sum_gradients gives every one a gradient
+                p.grad.div_(self.world.size)
+        grad_norm = _clip_grad_norm(params, cfg.max_grad_norm)
         if not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(f"non-finite gradient norm ({grad_norm}); update skipped")
@@ -546,7 +603,12 @@ class Learner:
     # --- checkpoints --------------------------------------------------------------------------
 
     def trainable_state(self) -> dict[str, torch.Tensor]:
-        """The weights that training changes: the adapter's under LoRA, else all of them."""
+        """The weights that training changes: the adapter's under LoRA, else all of them (whole
+        tensors, also from sharded ranks, which gather them together)."""
+        self._lead("trainable_state")
+        return self._trainable_state()
+
+    def _trainable_state(self) -> dict[str, torch.Tensor]:
         if self.config.lora_rank > 0:
             from peft import get_peft_model_state_dict
 
@@ -555,14 +617,33 @@ class Learner:
             state = self.model.state_dict()
         if self.value_head is not None:
             state = {**state, **{f"value_head.{k}": v for k, v in self.value_head.state_dict().items()}}
-        return state
+        return {k: full(v) for k, v in state.items()}
+
+    def save_pretrained(self, path: str | Path) -> Path:
+        """Write the trainable weights to ``path`` as a Hugging Face folder that vLLM loads: the
+        adapter under LoRA, else the whole model. Sharded ranks gather them together and rank 0
+        writes (only the adapter is gathered under LoRA)."""
+        self._lead("save_pretrained", path)
+        if not self.sharded:
+            self.model.save_pretrained(path)
+            return Path(path)
+        trainable = {n for n, p in self.model.named_parameters() if p.requires_grad}
+        lora = self.config.lora_rank > 0
+        state = {k: full(v) for k, v in self.model.state_dict().items() if k in trainable or not lora}
+        if self.world.is_main:
+            self.model.save_pretrained(path, state_dict=state)
+        return Path(path)
 
     def _state(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Everything needed to resume exactly (what :meth:`_restore` takes)."""
+        """Everything needed to resume exactly (what :meth:`_restore` takes), whole tensors."""
+        optimizer = self.optimizer.state_dict()  # its per-parameter dicts are the live ones: copied
+        optimizer["state"] = {
+            i: {k: full(v) for k, v in state.items()} for i, state in optimizer["state"].items()
+        }
         return {
             "config": asdict(self.config),
-            "weights": self.trainable_state(),
-            "optimizer": self.optimizer.state_dict(),
+            "weights": self._trainable_state(),
+            "optimizer": optimizer,
             "scheduler": self.scheduler.state_dict(),
             "step": self.step,
             "rng": _rng_state(),
@@ -571,34 +652,47 @@ class Learner:
 
     def save_checkpoint(self, path: str | Path, extra: dict[str, Any] | None = None) -> Path:
         """Write everything needed to resume exactly to ``path/learner.pt`` (atomically). Among
-        several ranks rank 0 writes it, with its RNG states (the other ranks draw none)."""
+        several ranks rank 0 writes it, with its RNG states (the other ranks draw none; sharded,
+        they gather the tensors with it)."""
+        self._lead("save_checkpoint", path, extra)
         path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path / "learner.pt") as tmp:
-            torch.save(self._state(extra), tmp)
+        state = self._state(extra)
+        if self.world.is_main:
+            path.mkdir(parents=True, exist_ok=True)
+            with atomic_path(path / "learner.pt") as tmp:
+                torch.save(state, tmp)
         return path / "learner.pt"
 
     def load_checkpoint(self, path: str | Path) -> dict[str, Any]:
-        """Restore a checkpoint written by :meth:`save_checkpoint`; returns its ``extra``."""
-        return self._restore(Path(path) / "learner.pt")
+        """Restore a checkpoint written by :meth:`save_checkpoint`, with any number of ranks and
+        either sharding; returns its ``extra``. Sharded, rank 0 reads it and sends it to the
+        others, which load their shards of it with it."""
+        data = (Path(path) / "learner.pt").read_bytes()
+        self._lead("_load", data)
+        return self._load(data)
 
     def share_state(self) -> None:
-        """Rank 0: send this learner's state (as a checkpoint holds it) to the other ranks,
-        which start :meth:`follow` by taking it, so that every replica starts from rank 0's
-        weights, optimizer, step and RNG states, also after a resume; nothing in one process."""
-        if self.world.size > 1:
+        """Rank 0: make the other ranks' learners start from this one's weights, optimizer, step
+        and RNG states, also after a resume; nothing in one process. Replicas take the state as a
+        checkpoint holds it; shards have it already (they are made from the same seed, and
+        :meth:`load_checkpoint` loads on every rank)."""
+        if self.world.size > 1 and not self.sharded:
             buffer = io.BytesIO()
             torch.save(self._state(), buffer)
-            self.world.send(buffer.getvalue())
+            self.world.send(("_load", (buffer.getvalue(),)))
 
     def follow(self) -> None:
-        """A rank other than 0: take rank 0's state (:meth:`share_state`), then run each update
-        rank 0 sends (computing this rank's share of it), until rank 0 stops. Raises
-        ``RuntimeError`` when rank 0 sends nothing within ``dist_timeout_s``."""
+        """A rank other than 0: run each learner call rank 0 makes on every rank (its updates,
+        and, sharded, every call that runs the model; replicas begin with :meth:`share_state`'s
+        state), until rank 0 stops. Raises ``RuntimeError`` when rank 0 sends nothing within
+        ``dist_timeout_s``."""
         with contextlib.suppress(Stopped):
-            self._restore(io.BytesIO(self.world.receive()))
             while True:
-                self.update(self.world.receive())
+                method, args = self.world.receive()
+                getattr(self, method)(*args)
+
+    def _load(self, data: bytes) -> dict[str, Any]:
+        return self._restore(io.BytesIO(data))
 
     def _restore(self, source: Path | io.BytesIO) -> dict[str, Any]:
         """Load a state that :meth:`_state` made and ``torch.save`` wrote to ``source``; returns
@@ -620,10 +714,33 @@ class Learner:
         else:
             self.model.load_state_dict(weights)
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.sharded:  # the optimizer's moments of each shard: shards of the same layout
+            for param, per_param in self.optimizer.state.items():
+                if is_shard(param):
+                    per_param.update({k: _like(param, v) for k, v in per_param.items() if v.dim() > 0})
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         _set_rng_state(state["rng"])
         return state["extra"]
+
+
+def _like(shard: Any, value: torch.Tensor) -> torch.Tensor:
+    """This rank's part of the whole tensor ``value``, laid out as ``shard`` (a DTensor) is."""
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(value, shard.device_mesh, shard.placements, src_data_rank=None)
+
+
+def _clip_grad_norm(params: Sequence[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Scale the gradients of ``params`` so that their joint norm is at most ``max_norm``;
+    returns the norm before. Shards (whose norm is a collective over the ranks) and whole
+    tensors may be mixed."""
+    groups = [g for g in ([p for p in params if is_shard(p)], [p for p in params if not is_shard(p)]) if g]
+    norms = [full(torch.nn.utils.get_total_norm([p.grad for p in g if p.grad is not None])) for g in groups]
+    total = torch.linalg.vector_norm(torch.stack([n.to(norms[0].device) for n in norms]))
+    for group in groups:
+        torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
+    return total
 
 
 def _right_aligned(base: torch.Tensor, values: Sequence[list[float] | None]) -> torch.Tensor:

@@ -196,6 +196,24 @@ class TrainConfig:
                     "not fully apply reloaded weights (see tests/policies/test_weight_sync.py); use "
                     "learner.lora_rank > 0 (LoRA hot-load is exact) or generator=hf"
                 )
+        if self.learner.fsdp:
+            # each of these runs the model on rank 0 alone, which sharded ranks cannot
+            alone = [
+                what
+                for what, refused in (
+                    ("generator=hf", self.generator == "hf"),
+                    (f"estimator={self.estimator}", self.estimator in ("igpo", "spa")),
+                    (f"compare_with={self.compare_with}", self.compare_with in ("igpo", "spa")),
+                    ("opponent=league", self.opponent == "league"),
+                )
+                if refused
+            ]
+            if alone:
+                raise ValueError(
+                    f"learner.fsdp=true shards the model over the ranks, and {', '.join(alone)} would "
+                    "run it on rank 0 alone: generate with generator=vllm (the weights are pushed) and "
+                    "train without igpo, spa or a league"
+                )
         try:
             Prompter(**self.prompt)
         except TypeError as exc:

@@ -55,7 +55,7 @@ async def push_weights(learner: Learner, policy: Any, directory: str | Path, kee
     lora = learner.config.lora_rank > 0
     kind = "adapter" if lora else "weights"
     path = directory / f"{kind}-{learner.step:06d}"
-    learner.model.save_pretrained(path)
+    learner.save_pretrained(path)
     if lora:
         await policy.swap_lora(f"{ADAPTER_NAME}-{learner.step}", path, learner.step)
     else:

@@ -25,8 +25,9 @@ import psutil
 import pytest
 import torch
 import torch.multiprocessing as mp
+from safetensors.torch import load_file
 
-from agentgym.trainers.distributed import Stopped, World, local_launch
+from agentgym.trainers.distributed import Stopped, World, is_shard, local_launch
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow
 from agentgym.trainers.loop import TrainConfig
 
@@ -173,7 +174,8 @@ def _two_runs(world: World, out: Path) -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """What learners saved (:func:`save`) after :func:`batches`: ``alone`` (one process, a
     checkpoint after the first batch), ``fresh-0``/``fresh-1`` and ``resumed-0``/``resumed-1``
-    (:func:`_two_runs`), and ``2-1`` (one process resuming the two ranks' checkpoint)."""
+    (:func:`_two_runs`), ``2-1`` (one process resuming the two ranks' checkpoint), and the
+    one-process checkpoint's bytes (``alone-checkpoint``)."""
     out = tmp_path_factory.mktemp("ranks")
     alone = Learner(LearnerConfig(**LEARNER))
     first, second = batches()
@@ -185,7 +187,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     alone.load_checkpoint(out / "ranks")
     alone.update(second)
     save(alone, out / "2-1.pt")
-    return {path.stem: torch.load(path, weights_only=False) for path in out.glob("*.pt")}
+    saved = {path.stem: torch.load(path, weights_only=False) for path in out.glob("*.pt")}
+    return {**saved, "alone-checkpoint": (out / "alone" / "learner.pt").read_bytes()}
 
 
 def assert_same_weights(got: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -223,6 +226,63 @@ def test_checkpoints_resume_across_world_sizes(runs):
     assert_same_weights(runs["2-1"], runs["alone"])
     assert_same_weights(runs["resumed-0"], runs["alone"])
     assert_same_weights(runs["resumed-1"], runs["resumed-0"])
+
+
+def _sharded_runs(world: World, out: Path) -> None:
+    """:func:`_two_runs` with the model sharded over the ranks (``fsdp``): ``sharded-fresh``
+    and ``sharded-resumed`` (rank 0's learner, whose weights the ranks gather together), a
+    checkpoint ``out/sharded`` after the first batch, and the adapter a push would write after
+    the second (``out/adapter``)."""
+    learner = Learner(LearnerConfig(**LEARNER, fsdp=True), world)
+    shards = [p for p in learner.model.parameters() if is_shard(p)]
+    assert learner.sharded and len(shards) == len(list(learner.model.parameters()))
+    assert all(p.to_local().shape[0] == -(-p.shape[0] // 2) - world.rank * (p.shape[0] % 2) for p in shards)
+    first, second = batches()
+    if not world.is_main:
+        learner.follow()  # until rank 0 stops: its every call that runs the model runs here too
+        learner.follow()
+        return
+    with world.leading():
+        learner.share_state()
+        metrics = [learner.update(first)]
+        learner.save_checkpoint(out / "sharded")
+        metrics.append(learner.update(second))
+        torch.save(
+            {"weights": learner.trainable_state(), "step": learner.step, "metrics": metrics},
+            out / "sharded-fresh.pt",
+        )
+        learner.save_pretrained(out / "adapter")  # what a weight push writes
+    with world.leading():
+        learner.load_checkpoint(out / "alone")
+        learner.update(second)
+        torch.save({"weights": learner.trainable_state(), "step": learner.step}, out / "sharded-resumed.pt")
+
+
+@pytest.mark.slow
+def test_sharded_ranks_update_as_one_and_resume_across_world_sizes(runs, tmp_path):
+    """learner.fsdp: two ranks that each hold half of every parameter (FSDP2) update as one
+    process does (the same losses and gradient norm at every optimizer step, the same weights);
+    a one-process checkpoint resumes on them, and theirs in one process."""
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / "learner.pt").write_bytes(runs["alone-checkpoint"])
+    spawn(_sharded_runs, tmp_path)
+    alone = runs["alone"]
+    fresh, resumed = (
+        torch.load(tmp_path / f"sharded-{run}.pt", weights_only=False) for run in ("fresh", "resumed")
+    )
+    # rel 1e-4: sharded ranks run each row whole, one process shares the prompts' passes
+    for got, expected in zip(fresh["metrics"], alone["metrics"], strict=True):
+        for key in ("loss", "pg_loss", "vf_loss", "kl", "entropy", "grad_norm", "tokens"):
+            assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-7), key
+    assert_same_weights(fresh, alone)
+    assert_same_weights(resumed, alone)
+    pushed = load_file(tmp_path / "adapter" / "adapter_model.safetensors")
+    assert pushed.keys() == {k for k in fresh["weights"] if not k.startswith("value_head.")}
+    assert all(torch.equal(pushed[k], fresh["weights"][k]) for k in pushed)
+    one = Learner(LearnerConfig(**LEARNER))
+    one.load_checkpoint(tmp_path / "sharded")
+    one.update(batches()[1])
+    assert_same_weights({"weights": one.trainable_state(), "step": one.step}, alone)
 
 
 # --- agentgym train under torchrun ------------------------------------------------------------------
@@ -287,6 +347,19 @@ def test_nccl_without_cuda_fails_every_rank_at_once(tmp_path):
     assert time.monotonic() - started < 60
     assert not (tmp_path / "checkpoint").exists()
     assert not left_running(str(tmp_path))
+
+
+def test_sharding_refuses_what_runs_the_model_on_rank_0_alone():
+    for setting, named in (
+        ({"generator": "hf"}, "generator=hf"),
+        ({"generator": "vllm", "estimator": "igpo", "env": "agentgym/SearchQA-v0"}, "estimator=igpo"),
+        ({"generator": "vllm", "compare_with": "spa"}, "compare_with=spa"),
+    ):
+        with pytest.raises(
+            ValueError, match=f"learner.fsdp=true shards the model over the ranks, and {named} would"
+        ):
+            TrainConfig.from_dict({**TINY, **setting, "learner": {**TINY["learner"], "fsdp": True}})
+    TrainConfig.from_dict({**TINY, "generator": "vllm", "learner": {**TINY["learner"], "fsdp": True}})
 
 
 def test_bad_launch_environment(monkeypatch):
