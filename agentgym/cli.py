@@ -476,6 +476,14 @@ def _terminate(signum: int, frame: Any) -> None:
     handler(signal.SIGINT, frame)
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop this process the way Ctrl-C does (its servers, sandboxes and browsers
+    closed on the way out), as every agentgym command does; for scripts that launch them too
+    (the benchmarks). Only from the main thread; elsewhere nothing changes."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a command; an interrupted one exits 130 (Ctrl-C) or 143 (SIGTERM), without a
     traceback."""
@@ -485,8 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "overrides", None) is None or any(x.startswith("-") for x in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _terminate)
+    stop_on_sigterm()
     try:
         status = args.func(args)
     except KeyboardInterrupt:  # a command that does not catch it (serve: uvicorn re-raises)

@@ -25,6 +25,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
+from agentgym.cli import stop_on_sigterm
 from agentgym.episode import Episode
 from agentgym.policies.vllm import VLLMPolicy, VLLMServer
 from agentgym.policy import GenerationRequest, SamplingParams
@@ -136,6 +137,7 @@ def main() -> None:
         "SmolLM2: fewer than 32 agent prompts)",
     )
     args = parser.parse_args()
+    stop_on_sigterm()  # `kill` stops the vLLM server it launches, too
     start = time.perf_counter()
     with VLLMServer(
         args.model, env={"VLLM_SERVER_DEV_MODE": "1"}, extra_args=["--kv-cache-memory-bytes", args.kv_cache]

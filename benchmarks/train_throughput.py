@@ -35,6 +35,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from agentgym.cli import stop_on_sigterm
 from agentgym.trainers.loop import TrainConfig, Trainer, atrain
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "fixtures"))
@@ -154,6 +155,7 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=None, help="held-out success to reach")
     parser.add_argument("--out", default="runs/train_throughput")
     args = parser.parse_args()
+    stop_on_sigterm()  # `kill` stops the vLLM server it launches, too
     console = Console()
     for case in ("io", "vllm") if args.case == "both" else (args.case,):
         run_case(args, case, console)
