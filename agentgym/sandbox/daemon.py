@@ -1,17 +1,28 @@
 """Docker daemons as the docker SDK reaches them: one client per daemon and process.
 
-A daemon is named by a docker SDK URL: ``None`` for the default (``$DOCKER_HOST``, else the
-local socket), ``unix:///path/docker.sock``, ``tcp://host:2376`` (TLS from ``$DOCKER_TLS_VERIFY``
-and ``$DOCKER_CERT_PATH``, as the docker CLI reads them) or ``ssh://user@host``. A daemon behind
-a ``unix://`` socket (or the default one, unless ``$DOCKER_HOST`` says otherwise) runs on this
-machine and shares its file system with it (:func:`shares_files`); any other is *remote*.
+A daemon is named by a docker SDK URL or a Docker context:
+
+- ``None``: the default (``$DOCKER_HOST``, else the local socket);
+- ``unix:///path/docker.sock``, ``tcp://host:2376`` (TLS from ``$DOCKER_TLS_VERIFY`` and
+  ``$DOCKER_CERT_PATH``, as the docker CLI reads them, for every such URL) or ``ssh://user@host``;
+- the name of a Docker context (``docker context create box2 --docker
+  host=tcp://box2:2376,ca=ca.pem,cert=cert.pem,key=key.pem``): its endpoint with its own TLS
+  files, so that each host has its own certificates. The contexts are read from the docker
+  CLI's store (``$DOCKER_CONFIG``, else ``~/.docker``).
+
+A daemon behind a ``unix://`` socket (or the default one, unless ``$DOCKER_HOST`` says
+otherwise) runs on this machine and shares its file system with it (:func:`shares_files`); any
+other is *remote*.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentgym.sandbox.errors import SandboxError
@@ -33,21 +44,73 @@ def docker_client(url: str | None = None) -> Any:
 def _client(url: str | None) -> Any:
     try:
         import docker
+        from docker.context import ContextAPI
     except ImportError as exc:
         raise SandboxError("the docker backend needs the docker SDK: pip install 'agentgym[docker]'") from exc
     environment = dict(os.environ) if url is None else {**os.environ, "DOCKER_HOST": url}
     try:
-        client = docker.from_env(timeout=120, max_pool_size=64, environment=environment)
+        if url is not None and "://" not in url:
+            params = dict(zip(("base_url", "tls"), _context(url)))
+        else:  # as docker.from_env reads them
+            params = docker.utils.kwargs_from_env(environment=environment)
+            if "base_url" not in params:
+                params = {**ContextAPI.kwargs_from_context(environment=environment), **params}
+        client = object.__new__(docker.DockerClient)  # DockerClient.__init__ only makes its .api
+        client.api = _api_client_class()(timeout=120, max_pool_size=64, **params)
         client.ping()
     except docker.errors.DockerException as exc:
         raise SandboxError(f"cannot reach the Docker daemon {url or '(default)'}: {exc}") from exc
     return client
 
 
+@functools.cache
+def _api_client_class() -> Any:
+    """docker-py's ``APIClient``, but verifying a TLS daemon with the CA it was given: requests
+    takes ``$REQUESTS_CA_BUNDLE`` (often set) over a session's CA (psf/requests#3829)."""
+    import docker
+
+    class APIClient(docker.APIClient):
+        def merge_environment_settings(
+            self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+        ) -> Any:
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if verify is None and isinstance(self.verify, str):
+                settings["verify"] = self.verify
+            return settings
+
+    return APIClient
+
+
+def _context(name: str) -> tuple[str, Any]:
+    """The endpoint URL and TLS configuration (or None) of the Docker context ``name``, from the
+    docker CLI's store (docker-py's own reader finds it only beside a ``config.json``)."""
+    from docker.tls import TLSConfig
+
+    store = Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "contexts"
+    key = hashlib.sha256(name.encode()).hexdigest()
+    try:
+        endpoint = json.loads((store / "meta" / key / "meta.json").read_text())["Endpoints"]["docker"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SandboxError(f"no Docker context {name!r} in {store} (see `docker context ls`): {exc}") from exc
+    files = store / "tls" / key / "docker"
+    if not files.is_dir():
+        return endpoint["Host"], None
+    ca, cert, client_key = (files / f"{n}.pem" for n in ("ca", "cert", "key"))
+    tls = TLSConfig(
+        client_cert=(str(cert), str(client_key)) if cert.is_file() else None,
+        ca_cert=str(ca) if ca.is_file() else None,
+        verify=not endpoint.get("SkipTLSVerify", False),
+    )
+    return endpoint["Host"], tls
+
+
 def shares_files(url: str | None) -> bool:
     """Whether the daemon at ``url`` sees this machine's files (bind mounts of host directories
-    work): a ``unix://`` socket, or the default daemon unless ``$DOCKER_HOST`` names another."""
+    work): a ``unix://`` socket, or the default daemon unless ``$DOCKER_HOST`` names another (a
+    context's endpoint counts as its URL)."""
     url = url if url is not None else os.environ.get("DOCKER_HOST")
+    if url is not None and "://" not in url:
+        url = _context(url)[0]
     return url is None or url.startswith("unix://")
 
 

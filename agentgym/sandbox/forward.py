@@ -8,14 +8,17 @@ Every connection accepted on the local socket becomes one attached ``docker exec
 copies bytes both ways, the exec's stdin carrying what the client sends and its stdout what the
 server answers. The connection's traffic goes wherever the Docker API goes (TLS or SSH to a
 remote daemon); nothing is published on any network. The client closing its side closes the
-relay's stdin, which half-closes the inside connection; the server closing its side ends the
-exec, which closes the local connection.
+relay's stdin, which half-closes the inside connection (not over TLS, which cannot half-close:
+there the connection lasts until the server or the client closes it); the server closing its
+side ends the exec, which closes the local connection.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
+import ssl
 import struct
 import threading
 from collections.abc import Iterator
@@ -59,7 +62,7 @@ class SocketForward:
     ``inside`` of the container ``container_id``, through ``api`` (a docker SDK ``APIClient``).
 
     :meth:`start` listens and serves from a thread; :meth:`close` (idempotent) stops listening,
-    ends every forwarded connection and removes ``local``. Two threads per open connection.
+    ends every forwarded connection and removes ``local``. One thread per open connection.
     """
 
     def __init__(self, api: Any, container_id: str, inside: str, local: Path, *, user: str | None = None):
@@ -123,32 +126,43 @@ class SocketForward:
                 _close(client, remote)
                 return
             self._open |= {client, remote}
-        up = threading.Thread(target=self._up, args=(client, remote), daemon=True)
-        up.start()
         try:
-            buf = bytearray()
-            while data := remote.recv(_CHUNK):
-                buf += data
-                for kind, payload in frames(buf):
-                    if kind == 1:
-                        client.sendall(payload)
-        except OSError:
+            _pump(client, remote)
+        except (OSError, ValueError):  # ValueError: select on a socket that close() closed
             pass
         finally:
             _close(client, remote)
             stream.close()
-            up.join()
             with self._lock:
                 self._open -= {client, remote}
 
-    @staticmethod
-    def _up(client: socket.socket, remote: socket.socket) -> None:
-        try:
-            while data := client.recv(_CHUNK):
+
+def _pump(client: socket.socket, remote: socket.socket) -> None:
+    """Copy ``client``'s bytes to the exec's stdin and the exec's stdout frames to ``client``,
+    until either side ends, in one thread: a TLS socket (a daemon reached over TLS) must not be
+    read and written from two threads at once, and it cannot be half-closed without ending TLS,
+    so only a plain one passes on the client's end of sending (a TLS one goes on until the
+    server or the client closes)."""
+    tls = remote if isinstance(remote, ssl.SSLSocket) else None
+    watched, buf = [client, remote], bytearray()
+    while True:
+        # what TLS decrypted already is read first: select sees only the bytes still to come
+        ready = [remote] if tls is not None and tls.pending() else select.select(watched, [], [])[0]
+        if remote in ready:
+            data = remote.recv(_CHUNK)
+            if not data:
+                return
+            buf += data
+            for kind, payload in frames(buf):
+                if kind == 1:
+                    client.sendall(payload)
+        if client in ready:
+            if data := client.recv(_CHUNK):
                 remote.sendall(data)
-            remote.shutdown(socket.SHUT_WR)  # the relay's stdin ends
-        except OSError:
-            _close(client, remote)
+            else:
+                watched.remove(client)
+                if tls is None:
+                    remote.shutdown(socket.SHUT_WR)  # the relay's stdin ends
 
 
 def _close(*socks: socket.socket) -> None:

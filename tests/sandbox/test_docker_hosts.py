@@ -1,6 +1,7 @@
 """Sandboxes on several Docker hosts: this machine's daemon and a second one (its own data root
-and sockets, see the ``remote_daemon`` fixture) reached over TCP, which agentgym treats as remote:
-no bind mounts, files through exec, the env server reached over the Docker API, no network."""
+and sockets, see the ``remote_daemon`` fixture) reached over TCP with TLS client certificates,
+named by a Docker context, which agentgym treats as remote: no bind mounts, files through exec,
+the env server reached over the Docker API, no network."""
 
 from __future__ import annotations
 
@@ -31,9 +32,15 @@ LOCAL = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
 
 @pytest.fixture(scope="module")
 def remote(remote_daemon: str, current_textgames_image: str) -> str:
-    """The second daemon's URL, holding this checkout's text games' image."""
+    """The second daemon's Docker context, holding this checkout's text games' image."""
     copy_image(current_textgames_image, remote_daemon)
     return remote_daemon
+
+
+def endpoint_of(context: str) -> str:
+    """The daemon URL of a Docker context."""
+    inspect = ["docker", "context", "inspect", "--format", "{{.Endpoints.docker.Host}}", context]
+    return subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def sandboxes_on(url: str) -> list[dict[str, Any]]:
@@ -59,7 +66,7 @@ def test_a_sandbox_on_a_remote_host_works_without_network_or_shared_files(remote
         assert result.timed_out and result.duration_s < 10
         assert b"sleep" not in sb.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).stdout
         # no network: not even the daemon's port on the host's loopback
-        port = int(remote.rsplit(":", 1)[1])
+        port = int(endpoint_of(remote).rsplit(":", 1)[1])
         out = sb.exec(["python", "-c", connect_script("127.0.0.1", port)]).stdout.decode()
         assert out.startswith("failed:"), out
         # a server inside, reached through a forwarded socket on this machine
@@ -135,4 +142,10 @@ def test_bad_hosts_are_clear_errors(remote: str) -> None:
         EnvServerPool("local", docker_hosts=[remote])
     with pytest.raises(SandboxError, match=rf"image 'agentgym/nothing:0' not found on {remote}"):
         DockerSandbox("agentgym/nothing:0", host=remote).start()
+    with pytest.raises(SandboxError, match="no Docker context 'agentgym-no-such-context' in "):
+        docker_client("agentgym-no-such-context")
+    endpoint = endpoint_of(remote)
+    assert endpoint.startswith("tcp://127.0.0.1:") and not shares_files(remote)
+    with pytest.raises(SandboxError, match=f"cannot reach the Docker daemon {endpoint}"):
+        docker_client(endpoint)  # the same daemon without the context's client certificate
     assert not sandboxes_on(remote)

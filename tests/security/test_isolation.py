@@ -4,7 +4,7 @@
 own bubblewrap sandbox on this host), under ``sandbox="local"`` (the env server in bubblewrap,
 each session's sandbox nested in it) and ``sandbox="docker"`` (the env server in the tooluse
 image, each session's sandbox nested in the container), on this machine's daemon and on a
-remote one (``docker-remote``: a second daemon reached over TCP, see ``remote_daemon``). Two
+remote one (``docker-remote``: a second daemon reached over TCP with TLS, see ``remote_daemon``). Two
 sessions share one server, as they do in a pool. Each attack must fail; the step answers the
 agent (``info["error"]`` unset, the episode going on); the attacking session and the other one
 still answer; nothing is left running or on disk (the ``no_leftovers`` fixture).

@@ -379,20 +379,24 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def remote_daemon(client: Any) -> Iterator[str]:
     """A second Docker daemon on this machine (its own data root, sockets and bridge), as a
-    remote Docker host: its URL, ``tcp://127.0.0.1:<port>`` (plain TCP, on loopback only), which
-    agentgym treats as remote (no shared files). Needs root, ``dockerd`` and ``ip``; skip without
-    them, fail under CI. Stopped, with everything it held, at the end of the session.
+    remote Docker host that requires TLS with client certificates (made here, with ``openssl``):
+    the name of a Docker context (``docker context create``) of its endpoint,
+    ``tcp://127.0.0.1:<port>`` on loopback, with its certificates. agentgym treats it as remote
+    (no shared files). Needs root, ``dockerd``, ``ip`` and ``openssl``; skip without them, fail
+    under CI. Stopped, with everything it held and its context, at the end of the session.
 
     Its bridge is one made here: ``dockerd --bridge=none`` would delete the first daemon's
     ``docker0``, whose builds then fail."""
-    dockerd, ip = shutil.which("dockerd"), shutil.which("ip")
-    if dockerd is None or ip is None or os.geteuid() != 0:
-        unavailable("a second Docker daemon needs dockerd, ip and root")
+    dockerd, ip, openssl = shutil.which("dockerd"), shutil.which("ip"), shutil.which("openssl")
+    if dockerd is None or ip is None or openssl is None or os.geteuid() != 0:
+        unavailable("a second Docker daemon needs dockerd, ip, openssl and root")
     root = Path(tempfile.mkdtemp(prefix="dockerd-", dir="/tmp"))
+    certs = _certificates(root / "certs", openssl)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url, bridge = f"tcp://127.0.0.1:{port}", f"agtest{os.getpid() % 100000}"
+    context = f"agentgym-test-{os.getpid()}"
     subprocess.run([ip, "link", "add", bridge, "type", "bridge"], check=True)
     subprocess.run([ip, "addr", "add", f"10.213.{os.getpid() % 250}.1/24", "dev", bridge], check=True)
     log = (root / "log").open("wb")
@@ -404,6 +408,10 @@ def remote_daemon(client: Any) -> Iterator[str]:
             f"--pidfile={root / 'pid'}",
             f"--host=unix://{root / 'sock'}",
             f"--host={url}",
+            "--tlsverify",
+            f"--tlscacert={certs / 'ca.pem'}",
+            f"--tlscert={certs / 'server-cert.pem'}",
+            f"--tlskey={certs / 'server-key.pem'}",
             f"--bridge={bridge}",
             "--iptables=false",  # sandboxes have no network: no rules of its own
             "--ip-masq=false",
@@ -413,10 +421,14 @@ def remote_daemon(client: Any) -> Iterator[str]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    endpoint = f"host={url},ca={certs / 'ca.pem'},cert={certs / 'cert.pem'},key={certs / 'key.pem'}"
     try:
-        eventually(lambda: _answers(url) or daemon.poll() is not None, timeout_s=60)
+        subprocess.run(
+            ["docker", "context", "create", context, "--docker", endpoint], check=True, capture_output=True
+        )
+        eventually(lambda: _answers(context) or daemon.poll() is not None, timeout_s=60)
         assert daemon.poll() is None, (root / "log").read_text()[-3000:]
-        yield url
+        yield context
     finally:
         daemon.terminate()
         try:
@@ -425,8 +437,32 @@ def remote_daemon(client: Any) -> Iterator[str]:
             daemon.kill()
             daemon.wait()
         log.close()
+        subprocess.run(["docker", "context", "rm", "--force", context], check=False, capture_output=True)
         subprocess.run([ip, "link", "delete", bridge], check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _certificates(folder: Path, openssl: str) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it, as
+    ``dockerd --tlsverify`` and a Docker context take them: ``folder``."""
+    folder.mkdir(parents=True)
+
+    def run(*args: str) -> None:
+        subprocess.run([openssl, *args], cwd=folder, check=True, capture_output=True)
+
+    days = ("-days", "2")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", *days, "-subj", "/CN=agentgym test CA",
+        "-keyout", "ca-key.pem", "-out", "ca.pem")  # fmt: skip
+    for name, subject, extensions in (
+        ("server-", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+        ("", "/CN=agentgym test client", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (folder / f"{name}ext.cnf").write_text(extensions)
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", f"{name}key.pem",
+            "-out", f"{name}csr.pem")  # fmt: skip
+        run("x509", "-req", "-in", f"{name}csr.pem", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+            "-CAcreateserial", *days, "-extfile", f"{name}ext.cnf", "-out", f"{name}cert.pem")  # fmt: skip
+    return folder
 
 
 def _answers(url: str) -> bool:
@@ -438,8 +474,8 @@ def _answers(url: str) -> bool:
 
 
 def copy_image(image: str, url: str) -> str:
-    """``image`` of the default daemon, loaded into the daemon at ``url`` unless it has it (the
-    same id)."""
+    """``image`` of the default daemon, loaded into the daemon at ``url`` (a URL or a Docker
+    context) unless it has it (the same id)."""
     target = docker_client(url)
     wanted = docker_client().images.get(image).id
     with contextlib.suppress(Exception):
@@ -447,7 +483,10 @@ def copy_image(image: str, url: str) -> str:
             return image
     save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
     subprocess.run(
-        ["docker", "--host", url, "load", "--quiet"], stdin=save.stdout, check=True, capture_output=True
+        ["docker", "--host" if "://" in url else "--context", url, "load", "--quiet"],
+        stdin=save.stdout,
+        check=True,
+        capture_output=True,
     )
     assert save.wait() == 0
     return image
