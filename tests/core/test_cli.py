@@ -167,6 +167,10 @@ def test_train_types_and_typos_name_the_key(capsys):
         ("+learner.lrr=1e-5", "no key 'learner.lrr'; did you mean 'learner.lr'?"),
         ("estimater=grpo", "no key 'estimater'; did you mean 'estimator'?"),
         ("learner.aggregation=mean", "learner.aggregation must be one of"),
+        (
+            "learner.device=gpu0",
+            "learner.device must be auto or a torch device (cpu, cuda, cuda:1, ...), got 'gpu0'",
+        ),
         ("estimator=ppo2", "unknown estimator 'ppo2'"),
     ]:
         assert main(["train", override]) == 2, override
