@@ -95,11 +95,12 @@ class ExecResult:
 class SandboxProcess(abc.ABC):
     """A long-running process started by :meth:`Sandbox.spawn`.
 
-    Its stdout and stderr go, merged, to a log file on the host (:meth:`logs`). Exit statuses
+    Its stdout and stderr go, merged, to a log file (:meth:`logs`): ``log_path`` on this machine,
+    or ``None`` where the file is only in the sandbox (on a remote Docker host). Exit statuses
     follow :class:`ExecResult`'s convention. Closing the sandbox kills it.
     """
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path | None) -> None:
         self.log_path = log_path
 
     @abc.abstractmethod
@@ -121,6 +122,7 @@ class SandboxProcess(abc.ABC):
 
     def logs(self, max_bytes: int = 64 << 10) -> bytes:
         """The last ``max_bytes`` of its merged stdout and stderr so far."""
+        assert self.log_path is not None, "a log that is only in the sandbox is read by the subclass"
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - max_bytes))

@@ -89,7 +89,7 @@ class DockerProcess(SandboxProcess):
     """A process started by :meth:`DockerSandbox.spawn` (a detached exec)."""
 
     def __init__(self, sandbox: DockerSandbox, exec_id: str, pid_file: str, log_file: str) -> None:
-        super().__init__(sandbox._on_host(log_file) or Path(log_file))
+        super().__init__(sandbox._on_host(log_file))
         self._sandbox, self._exec_id, self._pid_file, self._log_file = sandbox, exec_id, pid_file, log_file
         self._status: int | None = None
 
