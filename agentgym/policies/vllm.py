@@ -619,4 +619,3 @@ class VLLMPolicy:
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
             self.server = None
-

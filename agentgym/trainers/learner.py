@@ -150,8 +150,8 @@ class LearnerConfig:
             try:
                 torch.device(self.device)
             except RuntimeError:
-                choices = "auto or a torch device (cpu, cuda, cuda:1, ...)"
-                raise ValueError(f"learner.device must be {choices}, got {self.device!r}") from None
+                devices = "auto or a torch device (cpu, cuda, cuda:1, ...)"
+                raise ValueError(f"learner.device must be {devices}, got {self.device!r}") from None
         if self.is_cap < 1.0:
             raise ValueError(f"learner.is_cap must be >= 1, got {self.is_cap}")
         if self.dist_timeout_s <= 0:
