@@ -58,7 +58,7 @@ import json
 import re
 import shutil
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,6 +95,7 @@ __all__ = [
     "compose_eval_config",
     "default_out_dir",
     "league_opponents",
+    "member_policy",
     "register_configs",
     "role_statistics",
     "run_eval",
@@ -278,13 +279,23 @@ def role_statistics(games: Sequence[GameResult], seats: Collection[str]) -> dict
 
 def league_opponents(folder: str | Path) -> list[tuple[str, dict[str, Any]]]:
     """``(name, policy config)`` of every member of the league in ``folder`` (its
-    ``league.json``), oldest first. :class:`EvalSetupError` when there is none to read."""
+    ``league.json``), oldest first, each config's model folder resolved
+    (:func:`member_policy`). :class:`EvalSetupError` when there is none to read."""
     path = Path(folder) / "league.json"
     try:
         members = json.loads(path.read_text(encoding="utf-8"))["members"]
-        return [(str(m["name"]), dict(m["policy"])) for m in members]
+        return [(str(m["name"]), member_policy(folder, m["policy"])) for m in members]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise EvalSetupError(f"league={folder}: no league to read at {path} ({exc})") from None
+
+
+def member_policy(folder: str | Path, policy: Mapping[str, Any]) -> dict[str, Any]:
+    """A league member's policy config with its ``model`` (the member's folder, relative to
+    the league's ``folder``) made absolute; an absolute ``model`` stays as it is."""
+    config = dict(policy)
+    if isinstance(config.get("model"), str):
+        config["model"] = str((Path(folder) / config["model"]).resolve())
+    return config
 
 
 @dataclass(frozen=True)

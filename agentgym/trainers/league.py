@@ -8,7 +8,9 @@ Layout, under a training run's ``out_dir``::
 
 ``step`` is the number of updates the member's weights had; ``path`` its folder, relative to the
 league; ``policy`` the Hydra config that plays it (an :class:`~agentgym.policies.hf.HFPolicy` on
-the member's folder, by absolute path), which ``agentgym eval league=<out_dir>/league`` reads.
+the member's folder, its ``model`` relative to the league's folder too, so that a league can be
+moved or copied), which ``agentgym eval league=<out_dir>/league`` reads
+(:func:`~agentgym.harness.eval.member_policy` resolves the folder).
 
 The trainer snapshots its policy after every ``snapshot_every`` updates (after the step's
 checkpoint: a run resumed from that checkpoint takes a missing snapshot again, with the same
@@ -139,14 +141,15 @@ class League:
     def snapshot(self, step: int, save: Callable[[Path], None], policy: dict[str, Any]) -> Member:
         """Add the member of ``step`` updates: ``save(folder)`` writes its weights (into a
         temporary folder, renamed when complete), ``policy`` is the config that plays it
-        (its ``model`` set to the folder). Beyond ``max_members`` the oldest leave."""
+        (its ``model`` set to the folder, relative to the league's). Beyond ``max_members`` the
+        oldest leave."""
         name = f"step-{step:06d}"
         folder, partial = self.directory / name, self.directory / f".{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
         save(partial)
         partial.rename(folder)
-        member = Member(name, step, name, {**policy, "model": str(folder.resolve())})
+        member = Member(name, step, name, {**policy, "model": name})
         self.members.append(member)
         cap = self.config.max_members
         gone = self.members[:-cap] if cap is not None else []

@@ -35,7 +35,7 @@ from agentgym.conf import check_keys, register_schema
 from agentgym.console import output_console
 from agentgym.episode import Episode, Turn, TurnTable
 from agentgym.files import atomic_path
-from agentgym.harness.eval import SamplingConfig
+from agentgym.harness.eval import SamplingConfig, member_policy
 from agentgym.harness.stats import summarize
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import manifest
@@ -489,9 +489,9 @@ class Trainer:
         """The in-process policy of a frozen league member (on the learner's device)."""
         from agentgym.policies.hf import HFPolicy
 
-        return HFPolicy(
-            member.policy["model"], device=self.cfg.learner.device, max_batch_size=self.cfg.concurrency
-        )
+        assert self.league is not None, "members are the league's"
+        model = member_policy(self.league.directory, member.policy)["model"]
+        return HFPolicy(model, device=self.cfg.learner.device, max_batch_size=self.cfg.concurrency)
 
     def snapshot(self, updates: int) -> None:
         """Add the policy (after ``updates`` updates) to the league, when a snapshot is due and
