@@ -51,6 +51,7 @@ one-line summary.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -420,28 +421,20 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     created = not out.exists()
     store = RunStore.open(out, config)
     run = _Run(cfg, store, None, versus=versus, episodes=[e for eps in store.done.values() for e in eps])
-    try:
+    async with contextlib.AsyncExitStack() as opened:  # closed in reverse: policies, then servers
         try:
             run.servers = _env_servers(cfg, backend, suite)
-            run.policy = instantiate(cfg.policy)
-            run.opponent = instantiate(cfg.opponent) if cfg.opponent is not None else None
-            for policy in (run.policy, run.opponent):
-                check = getattr(policy, "check", None)
-                if check is not None:
-                    await check()
+            if run.servers is not None:
+                opened.push_async_callback(run.servers.aclose)
+            run.policy = await _open_policy(opened, cfg.policy)
+            if cfg.opponent is not None:
+                run.opponent = await _open_policy(opened, cfg.opponent)
         except BaseException:
             if created:  # nothing ran: leave no empty run directory behind
                 shutil.rmtree(out, ignore_errors=True)
             raise
         for entry in suite.entries:
             await (_run_games if entry.games else _run_episodes)(run, entry)
-    finally:
-        for policy in (run.policy, run.opponent):
-            close = getattr(policy, "aclose", None)
-            if close is not None:
-                await close()
-        if run.servers is not None:
-            await run.servers.aclose()
     summary = _summary(suite, run)
     store.write_summary(summary)
     if cfg.report:
@@ -513,19 +506,23 @@ async def _run_games(run: _Run, entry: SuiteEntry) -> None:
     skip = run.skip(entry)
     if all(skip(t, m) for t in entry.task_list() for m in range(entry.group_size)):
         return  # a resumed run that has them all: the members need not load
-    loaded: list[Any] = []
-    try:
-        for config in (versus.opponent_config, versus.player_config):
-            if config is not None:
-                loaded.append(instantiate(config))
-                if hasattr(loaded[-1], "check"):
-                    await loaded[-1].check()
-        player = loaded[1] if versus.player_config is not None else run.policy
-        await _play_games(run, entry, player, loaded[0], versus)
-    finally:
-        for policy in loaded:
-            if hasattr(policy, "aclose"):
-                await policy.aclose()
+    async with contextlib.AsyncExitStack() as opened:
+        opponent = await _open_policy(opened, versus.opponent_config)
+        player = (
+            run.policy if versus.player_config is None else await _open_policy(opened, versus.player_config)
+        )
+        await _play_games(run, entry, player, opponent, versus)
+
+
+async def _open_policy(opened: contextlib.AsyncExitStack, config: Any) -> Any:
+    """The policy of ``config``, instantiated, closed (its ``aclose()``, where it has one) with
+    ``opened``, and checked (its ``check()``, where it has one)."""
+    policy = instantiate(config)
+    if (close := getattr(policy, "aclose", None)) is not None:
+        opened.push_async_callback(close)
+    if (check := getattr(policy, "check", None)) is not None:
+        await check()
+    return policy
 
 
 async def _play_games(

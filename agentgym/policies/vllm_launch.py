@@ -22,9 +22,10 @@ def vllm_policy(
     **policy_kwargs: Any,
 ) -> VLLMPolicy:
     """Hydra entry point: a :class:`VLLMPolicy` on ``base_url`` (one URL or a list), or, when it
-    is None, on a local server launched with the :class:`~agentgym.policies.vllm.VLLMServer` keyword arguments
-    ``server`` (stopped by ``aclose``); with ``cluster`` (a Ray cluster, see
-    :mod:`agentgym.policies.vllm_ray`), on ``replicas`` servers launched as Ray actors."""
+    is None, on a local server launched with the
+    :class:`~agentgym.policies.vllm.VLLMServer` keyword arguments ``server`` (stopped by
+    ``aclose``); with ``cluster`` (a Ray cluster, see :mod:`agentgym.policies.vllm_ray`), on
+    ``replicas`` servers launched as Ray actors."""
     if base_url is not None:
         return VLLMPolicy(base_url, model, **policy_kwargs)
     if cluster is not None:

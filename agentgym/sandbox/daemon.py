@@ -44,19 +44,16 @@ def docker_client(url: str | None = None) -> Any:
 def _client(url: str | None) -> Any:
     try:
         import docker
-        from docker.context import ContextAPI
     except ImportError as exc:
         raise SandboxError("the docker backend needs the docker SDK: pip install 'agentgym[docker]'") from exc
-    environment = dict(os.environ) if url is None else {**os.environ, "DOCKER_HOST": url}
+    client_class = _client_class()
     try:
         if url is not None and "://" not in url:
-            params = dict(zip(("base_url", "tls"), _context(url)))
-        else:  # as docker.from_env reads them
-            params = docker.utils.kwargs_from_env(environment=environment)
-            if "base_url" not in params:
-                params = {**ContextAPI.kwargs_from_context(environment=environment), **params}
-        client = object.__new__(docker.DockerClient)  # DockerClient.__init__ only makes its .api
-        client.api = _api_client_class()(timeout=120, max_pool_size=64, **params)
+            base_url, tls = _context(url)
+            client = client_class(base_url=base_url, tls=tls, timeout=120, max_pool_size=64)
+        else:
+            environment = dict(os.environ) if url is None else {**os.environ, "DOCKER_HOST": url}
+            client = client_class.from_env(timeout=120, max_pool_size=64, environment=environment)
         client.ping()
     except docker.errors.DockerException as exc:
         raise SandboxError(f"cannot reach the Docker daemon {url or '(default)'}: {exc}") from exc
@@ -64,9 +61,9 @@ def _client(url: str | None) -> Any:
 
 
 @functools.cache
-def _api_client_class() -> Any:
-    """docker-py's ``APIClient``, but verifying a TLS daemon with the CA it was given: requests
-    takes ``$REQUESTS_CA_BUNDLE`` (often set) over a session's CA (psf/requests#3829)."""
+def _client_class() -> Any:
+    """docker-py's ``DockerClient``, but verifying a TLS daemon with the CA it was given:
+    requests takes ``$REQUESTS_CA_BUNDLE`` (often set) over a session's CA (psf/requests#3829)."""
     import docker
 
     class APIClient(docker.APIClient):
@@ -78,7 +75,11 @@ def _api_client_class() -> Any:
                 settings["verify"] = self.verify
             return settings
 
-    return APIClient
+    class DockerClient(docker.DockerClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:  # as docker-py's, with the class above
+            self.api = APIClient(*args, **kwargs)
+
+    return DockerClient
 
 
 def _context(name: str) -> tuple[str, Any]:

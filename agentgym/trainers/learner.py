@@ -372,16 +372,13 @@ class Learner:
         ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
         return logprobs * mask, mask, ent, value
 
-    def _passes(self, rows: list[TrainingRow], filler: TrainingRow | None) -> list[list[int]]:
+    def _passes(self, rows: list[TrainingRow]) -> list[list[int]]:
         """The micro-batches of ``rows`` (indices). Sharded, every rank must run as many passes
-        of the model as the others: the list is padded to the most any rank has with passes
-        over ``filler`` alone (index ``len(rows)``, whose result is thrown away)."""
+        of the model as the others: the list is padded to the most any rank has with empty
+        passes, which run a filler row and throw its result away."""
         passes = _micro_batches(rows, self.config.micro_batch_tokens)
         if self.sharded:
-            most = self.world.most(len(passes), self.device)
-            if most > len(passes):
-                assert filler is not None, "a sharded rank with fewer passes needs a filler row"
-                passes += [[len(rows)]] * (most - len(passes))
+            passes += [[] for _ in range(self.world.most(len(passes), self.device) - len(passes))]
         return passes
 
     def _lead(self, method: str, *args: Any) -> None:
@@ -390,18 +387,18 @@ class Learner:
         if self.sharded and self.world.is_main:
             self.world.send((method, args))
 
-    @torch.no_grad()
     def logprobs(self, rows: list[TrainingRow]) -> list[list[float]]:
         """Current-model log-probabilities of each row's response tokens (no gradient)."""
         self._lead("logprobs", rows)
-        return self._logprobs(rows)
+        return self._logprobs(rows, rows[0]) if rows else []
 
-    def _logprobs(self, rows: list[TrainingRow], filler: TrainingRow | None = None) -> list[list[float]]:
+    @torch.no_grad()
+    def _logprobs(self, rows: list[TrainingRow], filler: TrainingRow) -> list[list[float]]:
+        """:meth:`logprobs` on this rank alone; ``filler`` runs the empty passes (:meth:`_passes`)."""
         out: list[list[float]] = [[] for _ in rows]
-        padded = [*rows, filler] if filler is not None else rows
-        for indices in self._passes(rows, filler):
-            lp = self._forward([padded[i] for i in indices])[0]
-            for j, i in enumerate(i for i in indices if i < len(rows)):
+        for indices in self._passes(rows):
+            lp = self._forward([rows[i] for i in indices] or [filler])[0]
+            for j, i in enumerate(indices):
                 out[i] = lp[j, lp.shape[1] - len(rows[i].response_ids) :].tolist()
         return out
 
@@ -412,7 +409,7 @@ class Learner:
             raise ValueError("this learner has no value head (LearnerConfig.value_head=False)")
         self._lead("values", rows)
         out = np.zeros(len(rows), dtype=np.float64)
-        for indices in self._passes(rows, None):
+        for indices in self._passes(rows):  # the same rows on every rank: no empty pass
             value = self._forward([rows[i] for i in indices], values=True)[3]
             assert value is not None  # values=True returns them
             out[indices] = value.cpu().numpy()
@@ -502,8 +499,8 @@ class Learner:
         fine); the loss and the metrics are the whole mini-batch's. An old log-prob entry of
         ``None`` means "this model's current values" (taken detached from the step's own forward
         pass). Rows with behaviour log-probs get the decoupled loss; all rows or none have
-        them. ``filler``: a row of the mini-batch, for the passes of weight 0 that a sharded
-        rank with fewer micro-batches than the others runs (:meth:`_passes`)."""
+        them. ``filler``: a row of the mini-batch, which the empty passes of a sharded rank run
+        with weight 0 (:meth:`_passes`)."""
         cfg = self.config
         # Checked against their Literal types in LearnerConfig.__post_init__.
         aggregation = cast(Aggregation, cfg.aggregation)
@@ -521,18 +518,16 @@ class Learner:
         if self.value_head is not None:
             sums["vf_loss"] = 0.0
         self.optimizer.zero_grad(set_to_none=True)
-        rows, old_logprobs, behaviour_logprobs = (
-            [*rows, filler],
-            [*old_logprobs, None],
-            [*behaviour_logprobs, None],
-        )
-        for indices in self._passes(rows[:-1], filler):
-            batch = [rows[i] for i in indices]
-            counted = indices != [len(rows) - 1]  # not a filler pass
+        # Sharded gradients come out as the mean over the ranks: scaled by their number, the sum
+        # (the replicated value head's are summed, then divided likewise).
+        scale = self.world.size if self.sharded else 1
+        for indices in self._passes(rows):
+            counted = bool(indices)  # an empty pass runs the filler with weight 0
+            batch = [rows[i] for i in indices] or [filler]
             logp, mask, entropy, value = self._forward(
                 batch, entropy=True, values=self.value_head is not None
             )
-            old = _right_aligned(logp.detach(), [old_logprobs[i] for i in indices])
+            old = _right_aligned(logp.detach(), [old_logprobs[i] for i in indices] or [None])
             behaviour = None
             if counted and behaviour_logprobs[indices[0]] is not None:
                 behaviour = _right_aligned(old, [behaviour_logprobs[i] for i in indices])
@@ -560,9 +555,7 @@ class Learner:
             share = (
                 int(mask.sum()) / batch_tokens if cfg.aggregation == "token-mean" else len(batch) / batch_rows
             ) * counted
-            # Sharded gradients come out as the mean over the ranks: scaled by their number, the
-            # sum (the replicated value head's are summed, then divided likewise).
-            loss = out.loss * share * (self.world.size if self.sharded else 1)
+            loss = out.loss * share * scale
             if value is not None:
                 targets = torch.tensor([[r.value_target] for r in batch], device=self.device)
                 old_v = torch.tensor([[r.old_value] for r in batch], device=self.device)
@@ -574,7 +567,7 @@ class Learner:
                     clip=cfg.value_clip,
                 )
                 rows_share = len(batch) / batch_rows * counted  # the value loss is a mean over rows
-                loss = loss + cfg.vf_coef * vf * rows_share * (self.world.size if self.sharded else 1)
+                loss = loss + cfg.vf_coef * vf * rows_share * scale
                 sums["vf_loss"] += rows_share * vf.item()
             loss.backward()
             sums["loss"] += share * out.loss.item()
