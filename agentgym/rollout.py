@@ -27,7 +27,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import gymnasium as gym
 from rich.console import Console
@@ -507,7 +507,7 @@ class EpisodeRunner:
         sampling: SamplingParams | None = None,
         env_kwargs: dict[str, Any] | None = None,
         timeouts: Timeouts | None = None,
-        sandbox: Backend | ServerPool | None = None,
+        sandbox: Backend | Literal["auto"] | ServerPool | None = None,
         cluster: str | None = None,
         retries: int = 0,
         tags: dict[str, str] | None = None,
@@ -523,7 +523,11 @@ class EpisodeRunner:
                 "sandbox= and cluster= need an env id, not a factory: the env is made on its server"
             )
         if cluster is not None and sandbox is not None and not isinstance(sandbox, str):
-            raise ValueError("with cluster=, sandbox= is a backend name ('local' or 'docker'), not a pool")
+            raise ValueError(
+                "with cluster=, sandbox= is a backend name ('local', 'docker' or 'auto'), not a pool"
+            )
+        if cluster is None and sandbox == "auto":
+            raise ValueError("sandbox='auto' chooses a backend per node of a cluster: it needs cluster=")
         self.env, self.env_id, self.policy = env, _env_id(env), policy
         self.max_turns, self.prompter, self.env_kwargs = max_turns, prompter, env_kwargs or {}
         self.sampling, self.timeouts = sampling or SamplingParams(), timeouts or Timeouts()
@@ -611,7 +615,7 @@ async def acollect(
     timeouts: Timeouts | None = None,
     progress: bool = True,
     on_episode: Callable[[Episode], None] | None = None,
-    sandbox: Backend | ServerPool | None = None,
+    sandbox: Backend | Literal["auto"] | ServerPool | None = None,
     cluster: str | None = None,
     retries: int = 0,
     tags: dict[str, str] | None = None,
@@ -639,7 +643,9 @@ async def acollect(
             (:class:`~agentgym.hosting.ray.RayEnvServerPool`, ``agentgym[ray]``, started for
             this call and stopped at its end): ``"local"`` (a Ray instance for the call),
             ``"auto"`` (the cluster of ``ray start``) or its address. With ``sandbox="local"``
-            or ``"docker"``, each server runs in a sandbox of that backend on its node.
+            or ``"docker"``, each server runs in a sandbox of that backend on its node; with
+            ``sandbox="auto"``, of the node's backend (``docker`` where the node offers the
+            ``docker`` resource, else ``local``).
         retries: times an episode that ended with an error (an infrastructure failure: a dead
             sandbox, a failed policy call, a timeout, an env's ``info["error"]``) is run again
             from its start, on a fresh env; the returned episode lists the discarded attempts'
@@ -721,7 +727,7 @@ def _env_factory(
 
 
 async def _server_pool(
-    sandbox: Backend | ServerPool | None, cluster: str | None
+    sandbox: Backend | Literal["auto"] | ServerPool | None, cluster: str | None
 ) -> tuple[ServerPool | None, bool]:
     """The env server pool for ``sandbox=`` and ``cluster=``, and whether the caller owns it."""
     if cluster is not None:
@@ -731,6 +737,7 @@ async def _server_pool(
         return await asyncio.to_thread(RayEnvServerPool, cluster, sandbox=backend), True  # ray.init blocks
     if sandbox is None or not isinstance(sandbox, str):
         return sandbox, False
+    assert sandbox != "auto", "refused without a cluster"
     from agentgym.hosting import EnvServerPool  # sandboxes load only when used
 
     return EnvServerPool(sandbox, warm=1), True

@@ -84,7 +84,7 @@ from agentgym.rollout import acollect, group_id
 
 if TYPE_CHECKING:
     from agentgym.hosting import ServerPool
-    from agentgym.sandbox.spec import Backend
+    from agentgym.hosting.ray import SandboxChoice
 
 __all__ = [
     "EXIT_CANNOT_START",
@@ -174,7 +174,9 @@ class EvalConfig:
     concurrency: int = 16
     """Episodes (or games) in flight at once."""
     sandbox: str | None = None
-    """Where the envs run: null or none (this process), local (bubblewrap), docker."""
+    """Where the envs run: null or none (this process), local (bubblewrap), docker; with a
+    cluster also auto (per node: docker where the node offers the ``docker`` resource, else
+    local)."""
     sandbox_warm: int = 1
     """With a sandbox: spare sandboxes kept started, their env server running."""
     sandbox_sessions: int = 16
@@ -370,11 +372,13 @@ def default_out_dir(suite: Suite, config: dict[str, Any]) -> Path:
     return Path("runs") / "eval" / f"{suite.name}-{_policy_label(config['policy'])}-{_identity(config)}"
 
 
-def _backend(sandbox: Any) -> Backend | None:
+def _backend(sandbox: Any, cluster: str | None) -> SandboxChoice | None:
     if sandbox in (None, "none", "null"):
         return None
-    if sandbox not in ("local", "docker"):
-        raise EvalSetupError(f"sandbox must be none, local or docker, got {sandbox!r}")
+    if sandbox == "auto" and cluster is None:
+        raise EvalSetupError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
+    if sandbox not in ("local", "docker", "auto"):
+        raise EvalSetupError(f"sandbox must be none, local, docker or auto (with a cluster), got {sandbox!r}")
     return sandbox
 
 
@@ -410,7 +414,7 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     :class:`~agentgym.policy.PolicyUnavailable`) when it cannot start."""
     config = to_dict(cfg, resolve=True)
     suite, versus = _versus(cfg, suite_from_config(config))
-    backend = _backend(cfg.sandbox)
+    backend = _backend(cfg.sandbox, cfg.cluster)
     games = [e.name for e in suite.entries if e.games]
     if (backend is not None or cfg.cluster is not None) and games:
         raise SuiteError(
@@ -442,13 +446,13 @@ async def run_eval(cfg: DictConfig) -> tuple[Path, dict[str, Any]]:
     return out, summary
 
 
-def _env_servers(cfg: DictConfig, backend: Backend | None, suite: Suite) -> ServerPool | None:
+def _env_servers(cfg: DictConfig, backend: SandboxChoice | None, suite: Suite) -> ServerPool | None:
     """The run's env server pool (its first servers already starting), or ``None``."""
     if cfg.cluster is not None:
         from agentgym.hosting import RayEnvServerPool  # only cluster runs load Ray
 
         return RayEnvServerPool(cfg.cluster, sessions_per_server=cfg.sandbox_sessions, sandbox=backend)
-    if backend is None:
+    if backend is None or backend == "auto":  # auto is refused without a cluster
         return None
     from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
     from agentgym.sandbox.gc import gc

@@ -20,8 +20,10 @@ process: an actor that dies takes its envs with it. With ``sandbox="local"`` or 
 the actor starts the server in a sandbox of that backend on its node (as
 :class:`~agentgym.hosting.EnvServerPool` does; ``docker`` servers ask for the node resource
 ``docker``), the server requires the token, and the actor relays its TCP port to the sandbox's
-socket. Clients reach it directly, each server's sessions through one shared connection pool;
-Ray carries nothing of an episode.
+socket. ``sandbox="auto"`` chooses the backend per node: ``docker`` on a node that offers the
+``docker`` resource (it says so of its daemon), ``local`` (bubblewrap) on any other; its servers
+are placed by CPU and memory alone. Clients reach a server directly, each server's sessions
+through one shared connection pool; Ray carries nothing of an episode.
 
 Placement: an env's servers ask Ray for its manifest's :class:`~agentgym.registry.Resources`
 (``cpus``, fractional ones too, and ``memory_mb``) and for one unit of each custom resource its
@@ -57,7 +59,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import ray
@@ -82,6 +84,7 @@ __all__ = [
     "Placement",
     "PlacementError",
     "RayEnvServerPool",
+    "SandboxChoice",
     "ServerInfo",
     "ray_connection",
 ]
@@ -92,6 +95,9 @@ PACKAGE_RESOURCES: Mapping[str, str] = {"xvfb": "desktop", "chromium": "chromium
 #: The custom Ray resource a server in a ``docker`` sandbox needs: one unit, on a node whose
 #: Docker daemon runs its containers (``ray start --resources='{"docker": N}'``).
 DOCKER_RESOURCE = "docker"
+
+SandboxChoice = Literal["local", "docker", "auto"]
+"""Where a Ray pool's servers run: in a sandbox of one backend, or ``auto``, chosen per node."""
 
 MIB = 1 << 20
 #: Seconds a diagnosis waits for Ray to report a server's actor dead.
@@ -122,11 +128,12 @@ class Placement:
 
     @classmethod
     def for_env(
-        cls, source: EnvManifest | str, *, cpus: float | None = None, sandbox: Backend | None = None
+        cls, source: EnvManifest | str, *, cpus: float | None = None, sandbox: SandboxChoice | None = None
     ) -> Placement:
         """The placement of an env's servers (a manifest or a registered id): ``cpus`` (default:
         the manifest's), the manifest's ``memory_mb``, one unit of each of its
-        :data:`PACKAGE_RESOURCES`, and of :data:`DOCKER_RESOURCE` for ``sandbox="docker"``."""
+        :data:`PACKAGE_RESOURCES`, and of :data:`DOCKER_RESOURCE` for ``sandbox="docker"``
+        (not for ``"auto"``, which takes docker where a node offers it)."""
         m = manifest(source) if isinstance(source, str) else source
         custom = {r: 1.0 for p, r in PACKAGE_RESOURCES.items() if p in m.system_packages}
         if sandbox == "docker":
@@ -181,12 +188,14 @@ class _Registration:
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """Where one env server serves: its ``url``, the Ray ``node_id`` (hex) of its node and the
-    ``pid`` of its actor's process there."""
+    """Where one env server serves: its ``url``, the Ray ``node_id`` (hex) of its node, the
+    ``pid`` of its actor's process there and the ``sandbox`` backend it runs in (``None``: the
+    actor's process)."""
 
     url: str
     node_id: str
     pid: int
+    sandbox: Backend | None = None
 
 
 class EnvServerActor:
@@ -195,7 +204,8 @@ class EnvServerActor:
 
     The constructor registers the env if need be (in the actor's process only), binds a TCP
     port of ``host`` (``None``: the node's IP) and, with ``sandbox``, starts the server of
-    ``env_id``'s sandbox spec there (requiring ``token``); :meth:`serve` serves until :meth:`stop`
+    ``env_id``'s sandbox spec there (requiring ``token``; ``"auto"``: ``docker`` if the node
+    offers :data:`DOCKER_RESOURCE`, else ``local``); :meth:`serve` serves until :meth:`stop`
     (the actor runs it in a thread of its own for the server's life: its result tells the pool
     that the server ended, or, as an error, that the actor died or why the sandboxed server
     stopped); :meth:`ready` waits until the server accepts connections.
@@ -207,7 +217,7 @@ class EnvServerActor:
         token: str,
         registration: _Registration | None,
         env_id: str = "",
-        sandbox: Backend | None = None,
+        sandbox: SandboxChoice | None = None,
     ):
         if registration is not None:
             registration.apply()
@@ -218,11 +228,12 @@ class EnvServerActor:
         self._stopping = threading.Event()
         self._server: Any = None
         self._sandbox: Sandbox | None = None
-        if sandbox is None:
+        self.backend: Backend | None = _node_backend() if sandbox == "auto" else sandbox
+        if self.backend is None:
             # The pool that made the token is this server's only client: it may set any kwarg.
             self._server = uvicorn_server(create_app(ServerConfig(token=token, allowed_kwargs=None)))
             return
-        self._sandbox = SandboxSpec.for_env(env_id, sandbox).create().start()
+        self._sandbox = SandboxSpec.for_env(env_id, self.backend).create().start()
         try:
             self._process = start_server(self._sandbox, token=token)
         except BaseException:
@@ -250,7 +261,8 @@ class EnvServerActor:
                 raise RuntimeError("the env server stopped before it served")
         netloc = f"[{self.host}]" if ":" in self.host else self.host
         port = self._socket.getsockname()[1]
-        return ServerInfo(f"http://{netloc}:{port}", ray.get_runtime_context().get_node_id(), os.getpid())
+        node = ray.get_runtime_context().get_node_id()
+        return ServerInfo(f"http://{netloc}:{port}", node, os.getpid(), self.backend)
 
     def stop(self) -> None:
         """Stop serving: calls in flight finish (at most ``GRACEFUL_SHUTDOWN_S`` seconds), every
@@ -258,6 +270,14 @@ class EnvServerActor:
         if self._server is not None:
             self._server.should_exit = True
         self._stopping.set()
+
+
+def _node_backend() -> Backend:
+    """The sandbox backend of this node for ``sandbox="auto"``: ``docker`` where the node offers
+    :data:`DOCKER_RESOURCE`, else ``local``."""
+    node = ray.get_runtime_context().get_node_id()
+    offers = [n["Resources"] for n in ray.nodes() if n["NodeID"] == node]
+    return "docker" if offers and offers[0].get(DOCKER_RESOURCE, 0.0) > 0 else "local"
 
 
 async def _relay(
@@ -388,8 +408,9 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         sandbox: ``None`` (servers in the actors' processes), ``"local"`` or ``"docker"``
             (each server in a sandbox of that backend on its actor's node, as
             :class:`~agentgym.hosting.EnvServerPool` runs them; envs registered at run time
-            are not known there). ``"docker"`` servers need the node resource
-            :data:`DOCKER_RESOURCE` and the env's image on the node.
+            are not known there), or ``"auto"`` (per node: ``docker`` where the node offers
+            :data:`DOCKER_RESOURCE`, else ``local``). ``"docker"`` servers need the node
+            resource :data:`DOCKER_RESOURCE` and the env's image on the node.
 
     Thread-safe; :meth:`make` (blocking) and :meth:`amake` (async) may be mixed. Usable as a
     (sync) context manager; :meth:`close` stops every server. :meth:`make` raises
@@ -408,10 +429,10 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         cpus_per_server: float | None = None,
         startup_timeout_s: float = 120.0,
         runtime_env: Mapping[str, Any] | None = None,
-        sandbox: Backend | None = None,
+        sandbox: SandboxChoice | None = None,
     ) -> None:
-        if sandbox not in (None, "local", "docker"):
-            raise ValueError(f"unknown sandbox backend {sandbox!r}; choose 'local', 'docker' or None")
+        if sandbox not in (None, "local", "docker", "auto"):
+            raise ValueError(f"unknown sandbox backend {sandbox!r}; choose 'local', 'docker', 'auto' or None")
         if not isinstance(cluster, str) or not cluster:
             raise ValueError(f"cluster must be 'local', 'auto' or a Ray address 'host:port', got {cluster!r}")
         super().__init__(sessions_per_server=sessions_per_server)
@@ -423,7 +444,7 @@ class RayEnvServerPool(SessionPlacer[tuple[str, Placement], _Server]):
         self.cpus_per_server = cpus_per_server
         self.startup_timeout_s = startup_timeout_s
         self.runtime_env = dict(runtime_env or {})
-        self.sandbox: Backend | None = sandbox
+        self.sandbox: SandboxChoice | None = sandbox
         ray_connection.acquire(cluster)
         self._host = "127.0.0.1" if ray_connection.local else None
 

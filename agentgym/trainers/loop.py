@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from hydra.utils import instantiate
@@ -51,8 +51,10 @@ from agentgym.trainers.sync import push_weights
 
 if TYPE_CHECKING:
     from agentgym.hosting import ServerPool
+    from agentgym.hosting.ray import SandboxChoice
     from agentgym.policies.hf import HFPolicy
     from agentgym.policies.vllm import VLLMPolicy
+    from agentgym.sandbox.spec import Backend
 
 __all__ = ["ESTIMATORS", "RENAMED", "TrainConfig", "register_configs", "train", "train_summary"]
 
@@ -149,6 +151,10 @@ class TrainConfig:
     """Run the envs on env servers in Ray actors across a Ray cluster (``agentgym[ray]``; one
     pool for the whole run): local (a Ray instance for the run), auto (the cluster of ``ray
     start``, or ``$RAY_ADDRESS``) or the head's address; null: in this process."""
+    sandbox: str | None = None
+    """Run the envs in sandboxed env servers: local (bubblewrap) or docker, one pool for the
+    run; with a cluster, in a sandbox on each server's node, and also auto (per node: docker
+    where the node offers the ``docker`` resource, else local). null: unsandboxed."""
     retries: int = 2
     """Times an episode that ended with an infrastructure error (a failed env or policy call, a
     timeout) is run again, alone; a group trains on the episodes without error, and those
@@ -244,8 +250,16 @@ class TrainConfig:
             )
         if self.multiagent and self.mode == "async":
             raise ValueError("mode=async trains on single-agent envs only; use mode=sync for games")
-        if self.multiagent and self.cluster is not None:
-            raise ValueError("multi-agent games run in this process: no cluster=")
+        if self.sandbox == "none":
+            self.sandbox = None
+        if self.multiagent and (self.cluster is not None or self.sandbox is not None):
+            raise ValueError("multi-agent games run in this process: no cluster= or sandbox=")
+        if self.sandbox not in (None, "local", "docker", "auto"):
+            raise ValueError(
+                f"sandbox must be null, local, docker or auto (with a cluster), got {self.sandbox!r}"
+            )
+        if self.sandbox == "auto" and self.cluster is None:
+            raise ValueError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
         if self.mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {self.mode!r}")
         if self.mode == "async" and self.learner.old_logprobs == "recompute":
@@ -479,11 +493,15 @@ class Trainer:
         self.snapshot(self.start_step)  # a run killed between a checkpoint and its snapshot
         self.tensorboard = _tensorboard(self.out / "tensorboard", self.start_step)
         self.servers: ServerPool | None = None
-        """The run's env servers across a Ray cluster (``cluster``), last: nothing after can fail."""
+        """The run's env servers (``cluster``, ``sandbox``), last: nothing after can fail."""
         if cfg.cluster is not None:
             from agentgym.hosting import RayEnvServerPool  # only cluster runs load Ray
 
-            self.servers = RayEnvServerPool(cfg.cluster)
+            self.servers = RayEnvServerPool(cfg.cluster, sandbox=cast("SandboxChoice", cfg.sandbox))
+        elif cfg.sandbox is not None:
+            from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
+
+            self.servers = EnvServerPool(cast("Backend", cfg.sandbox), warm=1)
 
     def _member_policy(self, member: Member) -> HFPolicy:
         """The in-process policy of a frozen league member (on the learner's device)."""

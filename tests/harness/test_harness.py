@@ -340,7 +340,9 @@ def test_bad_input_exits_2_and_leaves_nothing(tmp_path: Path, capsys: pytest.Cap
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert not (tmp_path / "c").exists()  # a run that could not start leaves no directory
     code, out, err = status("suite=smoke", "sandbox=podman", f"out_dir={tmp_path / 'd'}")
-    assert code == 2 and "sandbox must be none, local or docker" in err
+    assert code == 2 and "sandbox must be none, local, docker or auto (with a cluster)" in err
+    code, out, err = status("suite=smoke", "sandbox=auto", f"out_dir={tmp_path / 'e'}")
+    assert code == 2 and "sandbox=auto chooses a backend per node of a cluster" in err
 
 
 def test_a_changed_config_is_refused_and_the_run_kept(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from agentgym.rollout import collect, default_tasks
 from agentgym.sandbox.spec import Backend
 from agentgym.server import InvalidRemoteKwargs
 from agentgym.server.jsonsafe import to_jsonable
+from agentgym.trainers.loop import TrainConfig, train
 
 from support import TESTS, run_python
 from support.episodes import comparable, varied_action
@@ -221,6 +222,10 @@ def test_bad_arguments_are_clear_errors(cluster: Cluster, pools: Callable[..., R
         ValueError, match=f"connected to the Ray cluster at {cluster.address}, not at '10.9.9.9:1'"
     ):
         RayEnvServerPool("10.9.9.9:1")
+    with pytest.raises(ValueError, match="unknown sandbox backend 'podman'; choose 'local', 'docker'"):
+        RayEnvServerPool(cluster.address, sandbox="podman")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sandbox='auto' chooses a backend per node of a cluster"):
+        collect(SOKOBAN, RandomPolicy(), default_tasks(1), sandbox="auto")
     servers = pools()
     with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'agentgym/Sokoban-v0'"):
         servers.make("agentgym/Sokobn-v0")
@@ -299,6 +304,55 @@ def test_servers_in_sandboxes_on_their_nodes_give_the_local_episodes(
         got = collect(SOKOBAN, ScriptedPolicy(varied_action), default_tasks(2), sandbox=servers, **options)
     assert [comparable(e) for e in got] == [comparable(e) for e in expected]
     eventually(lambda: not actor_processes(), timeout_s=30)
+
+
+@pytest.mark.docker
+def test_auto_sandbox_takes_each_nodes_backend(cluster: Cluster, request: pytest.FixtureRequest) -> None:
+    """``sandbox="auto"``: a server on the head, which offers ``docker``, runs in a docker
+    sandbox; one on the node without it, in a local (bubblewrap) one; both serve the same env."""
+    for fixture in ("no_leftovers", "bwrap", "current_textgames_image"):
+        request.getfixturevalue(fixture)
+    assert Placement.for_env(SOKOBAN, sandbox="auto").custom == ()  # placed by CPU and memory
+    assert cluster.head_node is not None
+    head = cluster.head_node.node_id
+    with (
+        RayEnvServerPool(cluster.address, sandbox="auto", cpus_per_server=2) as on_head,
+        RayEnvServerPool(cluster.address, sandbox="auto", cpus_per_server=1) as elsewhere,
+    ):
+        docker_env = on_head.make(SOKOBAN)  # only the head has 2 CPUs
+        local_env = elsewhere.make(SOKOBAN)  # the head's are taken now: the other node
+        docker_server, local_server = on_head.server_of(docker_env), elsewhere.server_of(local_env)
+        assert (docker_server.node_id, docker_server.sandbox) == (head, "docker")
+        assert local_server.node_id != head and local_server.sandbox == "local"
+        assert docker_env.reset(seed=3)[0] == local_env.reset(seed=3)[0]
+        assert docker_env.step("up")[0] == local_env.step("up")[0]
+    eventually(lambda: not actor_processes(), timeout_s=30)
+    eventually(resources_free, timeout_s=30)
+
+
+@pytest.mark.slow
+def test_train_on_the_cluster_in_sandboxes_gives_the_in_process_run(
+    cluster: Cluster, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``agentgym train cluster=... sandbox=local``: the envs on sandboxed servers across the
+    cluster, the same step (rewards, advantages, loss, gradient norm) as in this process."""
+    request.getfixturevalue("bwrap")
+    config = {
+        **{"env": SOKOBAN, "env_kwargs": {"dim_room": [5, 5]}, "steps": 1, "max_turns": 2},
+        **{"tasks_per_step": 2, "group_size": 2, "eval_tasks": 2, "progress": False},
+        **{"sampling": {"max_tokens": 6}, "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0}},
+    }
+    same = ("mean_return", "turns", "advantage_std", "update/loss", "update/grad_norm", "eval_outcomes")
+    here = train(TrainConfig.from_dict({**config, "out_dir": str(tmp_path / "here")}))
+    there = train(
+        TrainConfig.from_dict(
+            {**config, "cluster": cluster.address, "sandbox": "local", "out_dir": str(tmp_path / "there")}
+        )
+    )
+    assert [{k: r[k] for k in same} for r in there] == [{k: r[k] for k in same} for r in here]
+    assert ray.is_initialized()  # the run attached to the cluster and left it up
+    eventually(lambda: not actor_processes(), timeout_s=30)
+    eventually(resources_free, timeout_s=30)
 
 
 def _serves_in_a_sandbox(cmdline: Path) -> bool:

@@ -63,6 +63,8 @@ def test_bad_multiagent_configuration():
         TrainConfig.from_dict({**SIGNALING, "opponent": None})
     with pytest.raises(ValueError, match="mode=async trains on single-agent envs only"):
         TrainConfig.from_dict({**SIGNALING, "mode": "async"})
+    with pytest.raises(ValueError, match="multi-agent games run in this process: no cluster= or sandbox="):
+        TrainConfig.from_dict({**SIGNALING, "sandbox": "local"})
     with pytest.raises(ValueError, match="for multi-agent envs; agentgym/Sokoban-v0 is not one"):
         TrainConfig.from_dict({**SIGNALING, "env": "agentgym/Sokoban-v0", "opponent": None})
 
