@@ -4,7 +4,10 @@ A daemon is named by a docker SDK URL or a Docker context:
 
 - ``None``: the default (``$DOCKER_HOST``, else the local socket);
 - ``unix:///path/docker.sock``, ``tcp://host:2376`` (TLS from ``$DOCKER_TLS_VERIFY`` and
-  ``$DOCKER_CERT_PATH``, as the docker CLI reads them, for every such URL) or ``ssh://user@host``;
+  ``$DOCKER_CERT_PATH``, as the docker CLI reads them, for every such URL) or
+  ``ssh://user@host[:port]`` (the docker SDK's SSH client, paramiko: keys, ``~/.ssh/config``'s
+  ``IdentityFile`` and ``~/.ssh/known_hosts`` as ssh reads them; an unknown host key is refused;
+  the remote user's docker CLI must reach the daemon, ``docker system dial-stdio``);
 - the name of a Docker context (``docker context create box2 --docker
   host=tcp://box2:2376,ca=ca.pem,cert=cert.pem,key=key.pem``): its endpoint with its own TLS
   files, so that each host has its own certificates. The contexts are read from the docker
@@ -17,20 +20,26 @@ other is *remote*.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+import select
+import socket
+import threading
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.sandbox.errors import SandboxError
 
-__all__ = ["LABEL", "docker_client", "least_loaded", "shares_files"]
+__all__ = ["LABEL", "attached", "docker_client", "least_loaded", "shares_files"]
 
 LABEL = "agentgym.sandbox"
 """The label (value ``"1"``) on every sandbox container."""
+
+_CHUNK = 1 << 16
 
 
 def docker_client(url: str | None = None) -> Any:
@@ -43,10 +52,9 @@ def docker_client(url: str | None = None) -> Any:
 @functools.cache
 def _client(url: str | None) -> Any:
     try:
-        import docker
+        client_class = _client_class()
     except ImportError as exc:
         raise SandboxError("the docker backend needs the docker SDK: pip install 'agentgym[docker]'") from exc
-    client_class = _client_class()
     try:
         if url is not None and "://" not in url:
             base_url, tls = _context(url)
@@ -55,7 +63,9 @@ def _client(url: str | None) -> Any:
             environment = dict(os.environ) if url is None else {**os.environ, "DOCKER_HOST": url}
             client = client_class.from_env(timeout=120, max_pool_size=64, environment=environment)
         client.ping()
-    except docker.errors.DockerException as exc:
+    except SandboxError:
+        raise
+    except Exception as exc:  # the SDK's errors, its transports' (requests, SSH, sockets)
         raise SandboxError(f"cannot reach the Docker daemon {url or '(default)'}: {exc}") from exc
     return client
 
@@ -131,3 +141,73 @@ def least_loaded(urls: Sequence[str]) -> str:
     if not load:
         raise SandboxError("no Docker host answers:\n" + "\n".join(errors))
     return min(load, key=load.__getitem__)
+
+
+@contextlib.contextmanager
+def attached(stream: Any) -> Iterator[socket.socket]:
+    """The socket of an attached stream (``exec_start(..., socket=True)``, ``attach_socket``),
+    shut down and closed with the stream at the end (shut down, since the SDK's response still
+    holds it: otherwise dockerd blocks copying output nobody reads).
+
+    ``unix://`` and ``tcp://`` daemons' streams are sockets. An ``ssh://`` daemon's is an SSH
+    channel, which is never ready to write and never raises ``BlockingIOError``: it is joined by
+    a thread to one end of a socket pair (:class:`_ChannelJoin`), and that end is what this
+    gives."""
+    sock = getattr(stream, "_sock", stream)
+    if not isinstance(sock, socket.socket):
+        join = _ChannelJoin(sock)
+        try:
+            yield join.socket
+        finally:
+            join.close()
+        return
+    try:
+        yield sock
+    finally:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+        stream.close()
+
+
+class _ChannelJoin:
+    """An SSH channel joined to :attr:`socket` by a thread that copies both ways and passes on
+    each direction's end (``shutdown`` of writing). :meth:`close` ends it, what was sent before
+    it still passed on to the channel."""
+
+    _FLUSH_S = 1.0
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.socket, self._theirs = socket.socketpair()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._copy, name="ssh channel", daemon=True)
+        self._thread.start()
+
+    def _copy(self) -> None:
+        channel, sock = self.channel, self._theirs
+        watched = [channel, sock]
+        try:
+            while watched:
+                for ready in select.select(watched, [], [])[0]:
+                    other = sock if ready is channel else channel
+                    if data := ready.recv(_CHUNK):
+                        other.sendall(data)
+                    elif ready is sock and self._closing.is_set():
+                        return
+                    else:
+                        watched.remove(ready)
+                        other.shutdown(socket.SHUT_WR)
+        except (OSError, ValueError, EOFError):  # a side closed (ValueError: select on a closed one)
+            pass
+        finally:
+            sock.close()
+            channel.close()
+
+    def close(self) -> None:
+        self._closing.set()
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
+        self.socket.close()
+        self._thread.join(self._FLUSH_S)  # it passes on what is left, then closes the channel
+        self.channel.close()

@@ -40,6 +40,7 @@ stdin. The image needs ``/bin/sh``, and ``python`` for forwarded sockets.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import posixpath
 import re
@@ -67,7 +68,7 @@ from agentgym.sandbox.base import (
     track,
 )
 from agentgym.sandbox.capture import OutputCapture
-from agentgym.sandbox.daemon import LABEL, docker_client, shares_files
+from agentgym.sandbox.daemon import LABEL, attached, docker_client, shares_files
 from agentgym.sandbox.forward import SocketForward, frames
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
@@ -327,14 +328,8 @@ class DockerSandbox(Sandbox):
             stream = self._api.attach_socket(self.container_id, params={"stdin": 1, "stream": 1})
         except _errors().DockerException:
             return  # the container is gone, and the group with it
-        sock: socket.socket = getattr(stream, "_sock", stream)
-        try:
+        with attached(stream) as sock, contextlib.suppress(OSError):
             sock.sendall(f"{pid_file}\n".encode())
-        except OSError:
-            pass
-        finally:
-            sock.close()
-            stream.close()
 
     def exec(
         self,
@@ -358,8 +353,9 @@ class DockerSandbox(Sandbox):
                 stream = self._api.exec_start(exec_id, socket=True)
             except _errors().APIError as exc:
                 raise (self._dead() if not self.alive() else SandboxError(str(exc))) from exc
-            sock: socket.socket = getattr(stream, "_sock", stream)
-            try:
+            # closed with a shutdown: else dockerd blocks copying output nobody reads, and stops
+            # reporting the exit of every later exec in this container
+            with attached(stream) as sock:
                 outcome = _collect(
                     sock,
                     stdin,
@@ -370,16 +366,6 @@ class DockerSandbox(Sandbox):
                 if outcome != "eof":  # timed out, over the cap, or children hold the output
                     self._kill_group(pid_file)
                     _drain(sock, timeout_s=2.0)
-            finally:
-                # shutdown() ends the connection even though the SDK's response object still
-                # holds the fd; otherwise dockerd blocks copying output nobody reads, and stops
-                # reporting the exit of every later exec in this container.
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                sock.close()
-                stream.close()
             returncode = self._exit_code(exec_id)
         finally:
             if (host := self._on_host(pid_file)) is not None:

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentgym.sandbox.daemon import attached
+
 __all__ = ["RELAY", "SocketForward", "frames"]
 
 _CHUNK = 1 << 16
@@ -120,21 +122,20 @@ class SocketForward:
         except Exception:  # the container is gone or the daemon does not answer: drop the client
             _close(client)
             return
-        remote: socket.socket = getattr(stream, "_sock", stream)
-        with self._lock:
-            if self._closed:
-                _close(client, remote)
-                return
-            self._open |= {client, remote}
-        try:
-            _pump(client, remote)
-        except (OSError, ValueError):  # ValueError: select on a socket that close() closed
-            pass
-        finally:
-            _close(client, remote)
-            stream.close()
+        with attached(stream) as remote:
             with self._lock:
-                self._open -= {client, remote}
+                if self._closed:
+                    _close(client)
+                    return
+                self._open |= {client, remote}
+            try:
+                _pump(client, remote)
+            except (OSError, ValueError):  # ValueError: select on a socket that close() closed
+                pass
+            finally:
+                _close(client)
+                with self._lock:
+                    self._open -= {client, remote}
 
 
 def _pump(client: socket.socket, remote: socket.socket) -> None:

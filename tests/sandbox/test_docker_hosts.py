@@ -1,7 +1,7 @@
 """Sandboxes on several Docker hosts: this machine's daemon and a second one (its own data root
 and sockets, see the ``remote_daemon`` fixture) reached over TCP with TLS client certificates,
-named by a Docker context, which agentgym treats as remote: no bind mounts, files through exec,
-the env server reached over the Docker API, no network."""
+named by a Docker context, and over SSH (``ssh_host``), which agentgym treats as remote: no bind
+mounts, files through exec, the env server reached over the Docker API, no network."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from agentgym.sandbox.daemon import docker_client, least_loaded, shares_files
 
 from support import ROOT
 from support.episodes import comparable, varied_action
-from support.sandboxes import connect_script, copy_image, run_and_crash
+from support.sandboxes import SSHHost, connect_script, copy_image, run_and_crash
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
@@ -149,3 +149,39 @@ def test_bad_hosts_are_clear_errors(remote: str) -> None:
     with pytest.raises(SandboxError, match=f"cannot reach the Docker daemon {endpoint}"):
         docker_client(endpoint)  # the same daemon without the context's client certificate
     assert not sandboxes_on(remote)
+
+
+def test_an_ssh_host_runs_sandboxes_and_gc_cleans_it(remote: str, ssh_host: SSHHost) -> None:
+    """``ssh://`` reaches the second daemon (its SSH server's docker CLI uses the daemon's
+    context): files, stdin, timeouts and a forwarded env server work over the SSH channels, and
+    ``sandbox gc --docker-host ssh://...`` removes what a killed owner left there."""
+    url = ssh_host.url
+    assert docker_client(url).info()["ID"] == docker_client(remote).info()["ID"] and not shares_files(url)
+    with DockerSandbox(image_for(SOKOBAN), host=url) as sb:
+        assert sb.remote and [c["Id"] for c in sandboxes_on(remote)] == [sb.container_id]
+        sb.write_file("notes/a.txt", b"written over SSH")
+        assert sb.read_file("/sandbox/notes/a.txt") == b"written over SSH"
+        assert sb.exec(["cat"], stdin=b"x" * 300_000).check().stdout == b"x" * 300_000
+        result = sb.exec(["sh", "-c", "sleep 60 & sleep 61"], timeout_s=1)
+        assert result.timed_out and b"sleep" not in sb.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).stdout
+        assert server_answers(sb, start_server(sb))
+        with http_client(sb.endpoint("envserver"), trust_env=False) as http:
+            assert all(http.get("/health").json()["status"] == "ok" for _ in range(10))
+    assert not sandboxes_on(remote)
+    home = f"import os\nos.environ['HOME'] = {str(ssh_host.home)!r}\n"
+    out = run_and_crash(
+        home + "from agentgym.sandbox import DockerSandbox, image_for\n"
+        f"print(DockerSandbox(image_for({SOKOBAN!r}), host={url!r}).start().id)\n"
+    )
+    assert sandboxes_on(remote)
+    gc = [sys.executable, "-m", "agentgym.cli", "sandbox", "gc", "--docker-host", url]
+    env = {**os.environ, "HOME": str(ssh_host.home)}
+    proc = subprocess.run(gc, capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert proc.returncode == 0 and f"container agentgym-{out.strip()}" in proc.stdout, proc.stderr
+    assert not sandboxes_on(remote)
+    # a host whose key is not known is refused, with the reason
+    unknown = url.replace("127.0.0.1", "localhost")
+    with pytest.raises(
+        SandboxError, match=rf"cannot reach the Docker daemon {unknown}: .*not found in known_hosts"
+    ):
+        docker_client(unknown)

@@ -7,6 +7,7 @@ envs/, security/): programs that misbehave, helpers, and the fixtures (a plugin 
 - :func:`client`, :func:`base_image`, :func:`textgames_image`: the Docker daemon and images.
 - :func:`bwrap`, :func:`current_textgames_image`, :func:`backend`: each sandbox backend, ready.
 - :func:`remote_daemon`: a second Docker daemon as a remote host; :func:`copy_image` into it.
+- :func:`ssh_host`: the same daemon reached over SSH.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 
@@ -439,6 +440,62 @@ def remote_daemon(client: Any) -> Iterator[str]:
         log.close()
         subprocess.run(["docker", "context", "rm", "--force", context], check=False, capture_output=True)
         subprocess.run([ip, "link", "delete", bridge], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+class SSHHost(NamedTuple):
+    """A Docker host reached over SSH: its docker SDK ``url`` and the ``home`` whose ``.ssh``
+    (``config`` with the client key, ``known_hosts``) lets a client in (``HOME=home``)."""
+
+    url: str
+    home: Path
+
+
+@pytest.fixture(scope="session")
+def ssh_host(remote_daemon: str) -> Iterator[SSHHost]:
+    """The second Docker daemon (:func:`remote_daemon`) behind an SSH server on loopback, as
+    ``ssh://root@127.0.0.1:<port>``: ``sshd`` with a host key and one authorized client key made
+    here, whose sessions' docker CLI (``docker system dial-stdio``) uses the daemon's context.
+    This process's client is made (and kept: :func:`~agentgym.sandbox.daemon.docker_client`)
+    with ``HOME`` set to the host's ``home``; other processes need ``HOME=home`` too. Needs
+    root, ``sshd`` and ``ssh-keygen``; skip without them, fail under CI. Stopped at the end of
+    the session."""
+    sshd, keygen = Path("/usr/sbin/sshd"), shutil.which("ssh-keygen")
+    if not sshd.is_file() or keygen is None or os.geteuid() != 0:
+        unavailable("an SSH Docker host needs sshd (openssh-server), ssh-keygen and root")
+    root = Path(tempfile.mkdtemp(prefix="sshd-", dir="/tmp"))
+    for key in ("host", "client"):
+        subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-f", str(root / key)], check=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (root / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {root / 'host'}\nPidFile none\n"
+        f"AuthorizedKeysFile {root / 'client.pub'}\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
+        f"UsePAM no\nSetEnv DOCKER_CONTEXT={remote_daemon}\n"
+    )
+    home = root / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text(f"Host 127.0.0.1\n  IdentityFile {root / 'client'}\n")
+    host_key = " ".join((root / "host.pub").read_text().split()[:2])
+    (home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}\n")
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    log = (root / "log").open("wb")
+    daemon = subprocess.Popen(
+        [str(sshd), "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"ssh://root@127.0.0.1:{port}"
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HOME", str(home))
+            eventually(lambda: _answers(url) or daemon.poll() is not None, timeout_s=30)
+        assert daemon.poll() is None, (root / "log").read_text()[-3000:]
+        yield SSHHost(url, home)
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+        log.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
