@@ -4,7 +4,8 @@
 own bubblewrap sandbox on this host), under ``sandbox="local"`` (the env server in bubblewrap,
 each session's sandbox nested in it) and ``sandbox="docker"`` (the env server in the tooluse
 image, each session's sandbox nested in the container), on this machine's daemon and on a
-remote one (``docker-remote``: a second daemon reached over TCP with TLS, see ``remote_daemon``). Two
+remote one (``docker-remote``: a second daemon reached over TCP with TLS, see ``remote_daemon``;
+``docker-ssh``: the same daemon reached over SSH, see ``ssh_host``). Two
 sessions share one server, as they do in a pool. Each attack must fail; the step answers the
 agent (``info["error"]`` unset, the episode going on); the attacking session and the other one
 still answer; nothing is left running or on disk (the ``no_leftovers`` fixture).
@@ -52,7 +53,7 @@ pytestmark = pytest.mark.usefixtures("no_leftovers")
 TOOLUSE = "agentgym/ToolUse-v0"
 KWARGS: dict[str, Any] = {"max_turns": 50, "timeout_s": 20}
 #: Where the sessions run: in this process, or on an env server in a sandbox backend.
-Placement = Literal["in-process", "local", "docker", "docker-remote"]
+Placement = Literal["in-process", "local", "docker", "docker-remote", "docker-ssh"]
 DOCKER = pytest.mark.docker
 
 
@@ -62,6 +63,7 @@ DOCKER = pytest.mark.docker
         "local",
         pytest.param("docker", marks=DOCKER),
         pytest.param("docker-remote", marks=DOCKER),
+        pytest.param("docker-ssh", marks=DOCKER),
     ]
 )
 def backend(request: pytest.FixtureRequest) -> Placement:
@@ -106,7 +108,9 @@ def two_sessions(backend: Placement, remote: str | None = None) -> Iterator[tupl
 
 @pytest.fixture
 def sessions(backend: Placement, request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
-    remote = request.getfixturevalue("remote_tooluse") if backend == "docker-remote" else None
+    remote = request.getfixturevalue("remote_tooluse") if backend.startswith("docker-") else None
+    if backend == "docker-ssh":
+        remote = request.getfixturevalue("ssh_host").url
     with two_sessions(backend, remote) as pair:
         yield pair
 

@@ -240,9 +240,14 @@ def _cgroups(with_dead_owners: bool) -> set[str]:
     return found
 
 
+_SESSION_DAEMONS: set[int] = set()
+"""The pids of the daemons that session fixtures start (:func:`remote_daemon`, :func:`ssh_host`):
+children of this process that outlive the test that first asked for them, by design."""
+
+
 def _sandbox_processes() -> set[int]:
     """bwrap processes (their command lines name the sandbox's host dir) and our children (but
-    the second Docker daemon, see :func:`remote_daemon`)."""
+    the session fixtures' daemons)."""
     me, found = os.getpid(), set()
     ours = os.path.join(tempfile.gettempdir(), HOST_DIR_PREFIX).encode()
     for entry in Path("/proc").iterdir():
@@ -253,7 +258,7 @@ def _sandbox_processes() -> set[int]:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        if ours in cmdline or (ppid == me and os.path.basename(cmdline.split(b"\0", 1)[0]) != b"dockerd"):
+        if ours in cmdline or (ppid == me and int(entry.name) not in _SESSION_DAEMONS):
             found.add(int(entry.name))
     return found
 
@@ -422,6 +427,7 @@ def remote_daemon(client: Any) -> Iterator[str]:
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+    _SESSION_DAEMONS.add(daemon.pid)
     endpoint = f"host={url},ca={certs / 'ca.pem'},cert={certs / 'cert.pem'},key={certs / 'key.pem'}"
     try:
         subprocess.run(
@@ -485,6 +491,7 @@ def ssh_host(remote_daemon: str) -> Iterator[SSHHost]:
     daemon = subprocess.Popen(
         [str(sshd), "-D", "-e", "-f", str(root / "sshd_config")], stdout=log, stderr=subprocess.STDOUT
     )
+    _SESSION_DAEMONS.add(daemon.pid)
     url = f"ssh://root@127.0.0.1:{port}"
     try:
         with pytest.MonkeyPatch.context() as patch:
