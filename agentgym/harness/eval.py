@@ -452,8 +452,10 @@ def _env_servers(cfg: DictConfig, backend: SandboxChoice | None, suite: Suite) -
         from agentgym.hosting import RayEnvServerPool  # only cluster runs load Ray
 
         return RayEnvServerPool(cfg.cluster, sessions_per_server=cfg.sandbox_sessions, sandbox=backend)
-    if backend is None or backend == "auto":  # auto is refused without a cluster
+    if backend is None:
         return None
+    if backend == "auto":
+        raise EvalSetupError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
     from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
     from agentgym.sandbox.gc import gc
 

@@ -25,7 +25,6 @@ import functools
 import hashlib
 import json
 import os
-import select
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 
 from agentgym.sandbox.errors import SandboxError
 
-__all__ = ["LABEL", "attached", "docker_client", "least_loaded", "shares_files"]
+__all__ = ["LABEL", "attached", "docker_client", "least_loaded", "reason", "shares_files", "transport_errors"]
 
 LABEL = "agentgym.sandbox"
 """The label (value ``"1"``) on every sandbox container."""
@@ -66,8 +65,31 @@ def _client(url: str | None) -> Any:
     except SandboxError:
         raise
     except Exception as exc:  # the SDK's errors, its transports' (requests, SSH, sockets)
-        raise SandboxError(f"cannot reach the Docker daemon {url or '(default)'}: {exc}") from exc
+        raise SandboxError(f"cannot reach the Docker daemon {url or '(default)'}: {reason(exc)}") from exc
     return client
+
+
+@functools.cache
+def transport_errors() -> tuple[type[Exception], ...]:
+    """What a call to a daemon may raise besides the docker SDK's own errors: its transports'
+    (requests' for ``unix://`` and ``tcp://``; paramiko's for ``ssh://``, such as a channel the
+    SSH server refuses beyond its ``MaxSessions``) and the sockets' ``OSError``."""
+    import requests
+
+    errors: tuple[type[Exception], ...] = (requests.RequestException, OSError)
+    try:
+        import paramiko
+    except ImportError:
+        return errors
+    return (*errors, paramiko.SSHException)
+
+
+def reason(exc: BaseException) -> str:
+    """``exc`` for an error message, with the remedy where one is known: an SSH server that
+    refuses to open one more channel is at its ``MaxSessions``."""
+    if type(exc).__name__ == "ChannelException":  # paramiko's, and only an ssh:// URL gets one
+        return f"{exc!r}: the SSH server refused one more session (raise MaxSessions in its sshd_config)"
+    return str(exc)
 
 
 @functools.cache
@@ -171,43 +193,49 @@ def attached(stream: Any) -> Iterator[socket.socket]:
 
 
 class _ChannelJoin:
-    """An SSH channel joined to :attr:`socket` by a thread that copies both ways and passes on
-    each direction's end (``shutdown`` of writing). :meth:`close` ends it, what was sent before
-    it still passed on to the channel."""
+    """An SSH channel joined to :attr:`socket` by two threads, one per direction, each passing
+    on its direction's end (``shutdown`` of writing); blocking sends in one direction never
+    hold up the other. :meth:`close` ends both: what the caller sent before it is passed on
+    first (waiting at most ``_FLUSH_S`` for a channel that does not take it), then the channel
+    is closed. The channel's stderr (the remote ``docker system dial-stdio``'s warnings) is
+    not read."""
 
     _FLUSH_S = 1.0
 
     def __init__(self, channel: Any) -> None:
+        channel.settimeout(None)  # an idle connection waits, as a socket's does
         self.channel = channel
         self.socket, self._theirs = socket.socketpair()
         self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._copy, name="ssh channel", daemon=True)
-        self._thread.start()
+        self._down = threading.Thread(target=self._copy_down, name="ssh channel down", daemon=True)
+        self._up = threading.Thread(target=self._copy_up, name="ssh channel up", daemon=True)
+        self._down.start()
+        self._up.start()
 
-    def _copy(self) -> None:
-        channel, sock = self.channel, self._theirs
-        watched = [channel, sock]
-        try:
-            while watched:
-                for ready in select.select(watched, [], [])[0]:
-                    other = sock if ready is channel else channel
-                    if data := ready.recv(_CHUNK):
-                        other.sendall(data)
-                    elif ready is sock and self._closing.is_set():
-                        return
-                    else:
-                        watched.remove(ready)
-                        other.shutdown(socket.SHUT_WR)
-        except (OSError, ValueError, EOFError):  # a side closed (ValueError: select on a closed one)
-            pass
-        finally:
-            sock.close()
-            channel.close()
+    def _copy_down(self) -> None:
+        """The channel's bytes to the socket, then the channel's end."""
+        with contextlib.suppress(Exception):  # either side closed: paramiko's errors and OSError
+            while data := self.channel.recv(_CHUNK):
+                self._theirs.sendall(data)
+            self._theirs.shutdown(socket.SHUT_WR)
+
+    def _copy_up(self) -> None:
+        """The socket's bytes to the channel, then the end of the caller's sending, or, once
+        the caller closed, the channel."""
+        with contextlib.suppress(Exception):
+            while data := self._theirs.recv(_CHUNK):
+                self.channel.sendall(data)
+            if not self._closing.is_set():
+                self.channel.shutdown_write()
+                return
+        self.channel.close()
 
     def close(self) -> None:
         self._closing.set()
         with contextlib.suppress(OSError):
             self.socket.shutdown(socket.SHUT_RDWR)
         self.socket.close()
-        self._thread.join(self._FLUSH_S)  # it passes on what is left, then closes the channel
+        self._up.join(self._FLUSH_S)
         self.channel.close()
+        self._down.join(self._FLUSH_S)
+        self._theirs.close()

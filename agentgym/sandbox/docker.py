@@ -68,7 +68,14 @@ from agentgym.sandbox.base import (
     track,
 )
 from agentgym.sandbox.capture import OutputCapture
-from agentgym.sandbox.daemon import LABEL, attached, docker_client, shares_files
+from agentgym.sandbox.daemon import (
+    LABEL,
+    attached,
+    docker_client,
+    reason,
+    shares_files,
+    transport_errors,
+)
 from agentgym.sandbox.forward import SocketForward, frames
 from agentgym.sandbox.limits import SandboxLimits
 from agentgym.sandbox.owner import Owner, current_container, current_owner, owner_alive
@@ -243,9 +250,9 @@ class DockerSandbox(Sandbox):
                 where, command = f" on {self.host}", f"DOCKER_HOST={self.host} {command}"
             message = f"image {self.image!r} not found{where}: build it with `{command}` first"
             raise SandboxError(message) from exc
-        except errors.DockerException as exc:
+        except (errors.DockerException, *transport_errors()) as exc:
             self._cleanup()
-            raise SandboxError(f"cannot start a container from {self.image!r}: {exc}") from exc
+            raise SandboxError(f"cannot start a container from {self.image!r}: {reason(exc)}") from exc
         except BaseException:
             self._cleanup()
             raise
@@ -301,6 +308,8 @@ class DockerSandbox(Sandbox):
             if exc.status_code == 409:  # "container ... is not running"
                 raise self._dead() from None
             raise SandboxError(f"docker exec in sandbox {self.id} failed: {exc}") from exc
+        except transport_errors() as exc:
+            raise SandboxError(f"docker exec in sandbox {self.id} failed: {reason(exc)}") from exc
 
     def _on_host(self, inside: str) -> Path | None:
         """The host path of ``inside``, a file in :attr:`socket_dir` (None on a remote host)."""
@@ -326,8 +335,8 @@ class DockerSandbox(Sandbox):
                 return
         try:
             stream = self._api.attach_socket(self.container_id, params={"stdin": 1, "stream": 1})
-        except _errors().DockerException:
-            return  # the container is gone, and the group with it
+        except (_errors().DockerException, *transport_errors()):
+            return  # the container is gone, and the group with it (or its daemon, for now)
         with attached(stream) as sock, contextlib.suppress(OSError):
             sock.sendall(f"{pid_file}\n".encode())
 
@@ -353,6 +362,8 @@ class DockerSandbox(Sandbox):
                 stream = self._api.exec_start(exec_id, socket=True)
             except _errors().APIError as exc:
                 raise (self._dead() if not self.alive() else SandboxError(str(exc))) from exc
+            except transport_errors() as exc:
+                raise SandboxError(f"docker exec in sandbox {self.id} failed: {reason(exc)}") from exc
             # closed with a shutdown: else dockerd blocks copying output nobody reads, and stops
             # reporting the exit of every later exec in this container
             with attached(stream) as sock:
@@ -447,6 +458,13 @@ class DockerSandbox(Sandbox):
             except errors.APIError as exc:
                 if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                     raise
+            except transport_errors() as exc:  # its daemon cannot be reached now
+                warnings.warn(
+                    f"could not remove the container of sandbox {self.id} on {self.host}: "
+                    f"{reason(exc)}; `agentgym sandbox gc` removes it later",
+                    SandboxWarning,
+                    stacklevel=2,
+                )
         if self._counted:
             _count(self.host, -1)
             self._counted = False

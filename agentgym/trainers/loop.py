@@ -250,7 +250,7 @@ class TrainConfig:
             )
         if self.multiagent and self.mode == "async":
             raise ValueError("mode=async trains on single-agent envs only; use mode=sync for games")
-        if self.sandbox == "none":
+        if self.sandbox in ("none", "null"):
             self.sandbox = None
         if self.multiagent and (self.cluster is not None or self.sandbox is not None):
             raise ValueError("multi-agent games run in this process: no cluster= or sandbox=")

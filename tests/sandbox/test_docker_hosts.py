@@ -6,8 +6,11 @@ mounts, files through exec, the env server reached over the Docker API, no netwo
 from __future__ import annotations
 
 import os
+import re
+import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,7 @@ from agentgym.sandbox.daemon import docker_client, least_loaded, shares_files
 
 from support import ROOT
 from support.episodes import comparable, varied_action
-from support.sandboxes import SSHHost, connect_script, copy_image, run_and_crash
+from support.sandboxes import SSHHost, connect_script, copy_image, eventually, run_and_crash
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_leftovers")]
 
@@ -185,3 +188,34 @@ def test_an_ssh_host_runs_sandboxes_and_gc_cleans_it(remote: str, ssh_host: SSHH
         SandboxError, match=rf"cannot reach the Docker daemon {unknown}: .*not found in known_hosts"
     ):
         docker_client(unknown)
+
+
+def test_an_ssh_host_out_of_sessions_is_a_clear_error(remote: str, ssh_host: SSHHost, tmp_path: Path) -> None:
+    """An SSH server at its ``MaxSessions`` (here 1) refuses the channels that a process's calls
+    open beside its first: a ``SandboxError`` that says to raise it, nothing left on the host."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = (ssh_host.home.parent / "sshd_config").read_text()
+    config = re.sub(r"Port \d+", f"Port {port}", config).replace("MaxSessions 100", "MaxSessions 1")
+    (tmp_path / "sshd_config").write_text(config)
+    known = ssh_host.home / ".ssh" / "known_hosts"
+    host_key = known.read_text().split()[1:3]
+    known.write_text(known.read_text() + f"[127.0.0.1]:{port} {' '.join(host_key)}\n")
+    sshd = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(tmp_path / "sshd_config")])
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("HOME", str(ssh_host.home))
+            eventually(lambda: sshd.poll() is not None or _listens(port), timeout_s=10)
+            with pytest.raises(SandboxError, match="refused one more session .raise MaxSessions"):
+                with DockerSandbox(image_for(SOKOBAN), host=f"ssh://root@127.0.0.1:{port}") as sb:
+                    sb.exec(["true"])
+    finally:
+        sshd.terminate()
+        sshd.wait(10)
+    assert not sandboxes_on(remote)
+
+
+def _listens(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0

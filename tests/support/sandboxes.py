@@ -461,7 +461,8 @@ class SSHHost(NamedTuple):
 def ssh_host(remote_daemon: str) -> Iterator[SSHHost]:
     """The second Docker daemon (:func:`remote_daemon`) behind an SSH server on loopback, as
     ``ssh://root@127.0.0.1:<port>``: ``sshd`` with a host key and one authorized client key made
-    here, whose sessions' docker CLI (``docker system dial-stdio``) uses the daemon's context.
+    here and ``MaxSessions 100`` (as the README asks of an SSH Docker host), whose sessions'
+    docker CLI (``docker system dial-stdio``) uses the daemon's context.
     This process's client is made (and kept: :func:`~agentgym.sandbox.daemon.docker_client`)
     with ``HOME`` set to the host's ``home``; other processes need ``HOME=home`` too. Needs
     root, ``sshd`` and ``ssh-keygen``; skip without them, fail under CI. Stopped at the end of
@@ -479,7 +480,7 @@ def ssh_host(remote_daemon: str) -> Iterator[SSHHost]:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {root / 'host'}\nPidFile none\n"
         f"AuthorizedKeysFile {root / 'client.pub'}\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\n"
-        f"UsePAM no\nSetEnv DOCKER_CONTEXT={remote_daemon}\n"
+        f"UsePAM no\nMaxSessions 100\nSetEnv DOCKER_CONTEXT={remote_daemon}\n"
     )
     home = root / "home"
     (home / ".ssh").mkdir(parents=True)
