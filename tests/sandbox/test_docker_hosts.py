@@ -164,7 +164,8 @@ def test_an_ssh_host_runs_sandboxes_and_gc_cleans_it(remote: str, ssh_host: SSHH
         assert sb.remote and [c["Id"] for c in sandboxes_on(remote)] == [sb.container_id]
         sb.write_file("notes/a.txt", b"written over SSH")
         assert sb.read_file("/sandbox/notes/a.txt") == b"written over SSH"
-        assert sb.exec(["cat"], stdin=b"x" * 300_000).check().stdout == b"x" * 300_000
+        data = bytes(range(256)) * (6 << 12)  # 6 MiB: beyond an SSH channel's window both ways
+        assert sb.exec(["cat"], stdin=data, max_output_bytes=8 << 20).check().stdout == data
         result = sb.exec(["sh", "-c", "sleep 60 & sleep 61"], timeout_s=1)
         assert result.timed_out and b"sleep" not in sb.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline"]).stdout
         assert server_answers(sb, start_server(sb))
