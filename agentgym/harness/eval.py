@@ -454,8 +454,7 @@ def _env_servers(cfg: DictConfig, backend: SandboxChoice | None, suite: Suite) -
         return RayEnvServerPool(cfg.cluster, sessions_per_server=cfg.sandbox_sessions, sandbox=backend)
     if backend is None:
         return None
-    if backend == "auto":
-        raise EvalSetupError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
+    assert backend != "auto", "_backend refuses auto without a cluster"
     from agentgym.hosting import EnvServerPool  # only sandboxed runs load it
     from agentgym.sandbox.gc import gc
 
