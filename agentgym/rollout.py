@@ -49,6 +49,7 @@ from agentgym.registry import make, manifest
 
 if TYPE_CHECKING:
     from agentgym.hosting import ServerPool
+    from agentgym.hosting.ray import SandboxChoice
     from agentgym.sandbox.spec import Backend
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "group_id",
     "progress_bar",
     "request_seed",
+    "sandbox_choice",
 ]
 
 EnvFactory = Callable[[], gym.Env]
@@ -526,8 +528,8 @@ class EpisodeRunner:
             raise ValueError(
                 "with cluster=, sandbox= is a backend name ('local', 'docker' or 'auto'), not a pool"
             )
-        if cluster is None and sandbox == "auto":
-            raise ValueError("sandbox='auto' chooses a backend per node of a cluster: it needs cluster=")
+        if isinstance(sandbox, str):
+            sandbox = sandbox_choice(sandbox, cluster)
         self.env, self.env_id, self.policy = env, _env_id(env), policy
         self.max_turns, self.prompter, self.env_kwargs = max_turns, prompter, env_kwargs or {}
         self.sampling, self.timeouts = sampling or SamplingParams(), timeouts or Timeouts()
@@ -724,6 +726,20 @@ def _env_factory(
             return await servers.amake(env, kwargs)
 
     return call
+
+
+def sandbox_choice(sandbox: object, cluster: str | None) -> SandboxChoice | None:
+    """The sandbox backend that ``sandbox`` names for env servers: ``None`` for none (also as
+    the config words ``"none"`` and ``"null"``), ``"local"`` (bubblewrap), ``"docker"``, or with
+    a ``cluster`` also ``"auto"`` (each server's node decides). ``ValueError`` for any other
+    value, and for ``"auto"`` without a cluster."""
+    if sandbox in (None, "none", "null"):
+        return None
+    if sandbox not in ("local", "docker", "auto"):
+        raise ValueError(f"sandbox must be none, local, docker or auto (with a cluster), got {sandbox!r}")
+    if sandbox == "auto" and cluster is None:
+        raise ValueError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
+    return sandbox
 
 
 async def _server_pool(

@@ -80,7 +80,7 @@ from agentgym.multiagent import GameResult
 from agentgym.policy import PolicyUnavailable, SamplingParams
 from agentgym.prompting import Prompter
 from agentgym.registry import manifest
-from agentgym.rollout import acollect, group_id
+from agentgym.rollout import acollect, group_id, sandbox_choice
 
 if TYPE_CHECKING:
     from agentgym.hosting import ServerPool
@@ -373,13 +373,10 @@ def default_out_dir(suite: Suite, config: dict[str, Any]) -> Path:
 
 
 def _backend(sandbox: Any, cluster: str | None) -> SandboxChoice | None:
-    if sandbox in (None, "none", "null"):
-        return None
-    if sandbox == "auto" and cluster is None:
-        raise EvalSetupError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
-    if sandbox not in ("local", "docker", "auto"):
-        raise EvalSetupError(f"sandbox must be none, local, docker or auto (with a cluster), got {sandbox!r}")
-    return sandbox
+    try:
+        return sandbox_choice(sandbox, cluster)
+    except ValueError as exc:
+        raise EvalSetupError(str(exc)) from None
 
 
 @dataclass

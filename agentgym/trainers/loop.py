@@ -39,7 +39,7 @@ from agentgym.harness.eval import SamplingConfig, member_policy
 from agentgym.harness.stats import summarize
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import manifest
-from agentgym.rollout import Task, acollect
+from agentgym.rollout import Task, acollect, sandbox_choice
 from agentgym.trainers import credit
 from agentgym.trainers.async_loop import AsyncCollector
 from agentgym.trainers.distributed import World
@@ -250,16 +250,9 @@ class TrainConfig:
             )
         if self.multiagent and self.mode == "async":
             raise ValueError("mode=async trains on single-agent envs only; use mode=sync for games")
-        if self.sandbox in ("none", "null"):
-            self.sandbox = None
+        self.sandbox = sandbox_choice(self.sandbox, self.cluster)
         if self.multiagent and (self.cluster is not None or self.sandbox is not None):
             raise ValueError("multi-agent games run in this process: no cluster= or sandbox=")
-        if self.sandbox not in (None, "local", "docker", "auto"):
-            raise ValueError(
-                f"sandbox must be null, local, docker or auto (with a cluster), got {self.sandbox!r}"
-            )
-        if self.sandbox == "auto" and self.cluster is None:
-            raise ValueError("sandbox=auto chooses a backend per node of a cluster: it needs cluster=")
         if self.mode not in ("sync", "async"):
             raise ValueError(f"mode must be 'sync' or 'async', got {self.mode!r}")
         if self.mode == "async" and self.learner.old_logprobs == "recompute":

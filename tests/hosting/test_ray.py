@@ -224,7 +224,7 @@ def test_bad_arguments_are_clear_errors(cluster: Cluster, pools: Callable[..., R
         RayEnvServerPool("10.9.9.9:1")
     with pytest.raises(ValueError, match="unknown sandbox backend 'podman'; choose 'local', 'docker'"):
         RayEnvServerPool(cluster.address, sandbox="podman")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="sandbox='auto' chooses a backend per node of a cluster"):
+    with pytest.raises(ValueError, match="sandbox=auto chooses a backend per node of a cluster"):
         collect(SOKOBAN, RandomPolicy(), default_tasks(1), sandbox="auto")
     servers = pools()
     with pytest.raises(agentgym.UnknownEnvError, match="Did you mean 'agentgym/Sokoban-v0'"):

@@ -199,7 +199,7 @@ def test_bad_configuration():
         TrainConfig.from_dict({**TINY, "trainer": "grpo"})
     with pytest.raises(ValueError, match="'max_tokens' is now 'sampling.max_tokens'"):
         TrainConfig.from_dict({**TINY, "max_tokens": 6})
-    with pytest.raises(ValueError, match="sandbox must be null, local, docker or auto .*got 'podman'"):
+    with pytest.raises(ValueError, match="sandbox must be none, local, docker or auto .*got 'podman'"):
         TrainConfig.from_dict({**TINY, "sandbox": "podman"})
     with pytest.raises(ValueError, match="sandbox=auto chooses a backend per node of a cluster"):
         TrainConfig.from_dict({**TINY, "sandbox": "auto"})
