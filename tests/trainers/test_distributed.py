@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +170,18 @@ def _two_runs(world: World, out: Path) -> None:
     save(learner, out / "resumed-0.pt")
 
 
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch computes on one thread, as each rank does: the one-process run then sums in the
+    ranks' order (with two threads, its losses differ from theirs by 1e-5 relative)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """What learners saved (:func:`save`) after :func:`batches`: ``alone`` (one process, a
@@ -177,16 +189,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     (:func:`_two_runs`), ``2-1`` (one process resuming the two ranks' checkpoint), and the
     one-process checkpoint's bytes (``alone-checkpoint``)."""
     out = tmp_path_factory.mktemp("ranks")
-    alone = Learner(LearnerConfig(**LEARNER))
-    first, second = batches()
-    metrics = [alone.update(first)]
-    alone.save_checkpoint(out / "alone")
-    metrics.append(alone.update(second))
-    save(alone, out / "alone.pt", metrics)
-    spawn(_two_runs, out)
-    alone.load_checkpoint(out / "ranks")
-    alone.update(second)
-    save(alone, out / "2-1.pt")
+    with one_thread():
+        alone = Learner(LearnerConfig(**LEARNER))
+        first, second = batches()
+        metrics = [alone.update(first)]
+        alone.save_checkpoint(out / "alone")
+        metrics.append(alone.update(second))
+        save(alone, out / "alone.pt", metrics)
+        spawn(_two_runs, out)
+        alone.load_checkpoint(out / "ranks")
+        alone.update(second)
+        save(alone, out / "2-1.pt")
     saved = {path.stem: torch.load(path, weights_only=False) for path in out.glob("*.pt")}
     return {**saved, "alone-checkpoint": (out / "alone" / "learner.pt").read_bytes()}
 
