@@ -99,6 +99,13 @@ def _client_class() -> Any:
     import docker
 
     class APIClient(docker.APIClient):
+        _reconnecting = threading.Lock()
+
+        def get_adapter(self, url: str) -> Any:
+            adapter = super().get_adapter(url)
+            _reconnect_ssh(adapter, self._reconnecting)
+            return adapter
+
         def merge_environment_settings(
             self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
         ) -> Any:
@@ -112,6 +119,24 @@ def _client_class() -> Any:
             self.api = APIClient(*args, **kwargs)
 
     return DockerClient
+
+
+def _reconnect_ssh(adapter: Any, lock: threading.Lock) -> None:
+    """Connect an ``ssh://`` daemon's adapter again if its SSH connection has ended (a network
+    that failed, an SSH server restarted): docker-py connects once and then fails every call
+    with "SSH session not active". Its connection pools, bound to the old connection, go."""
+    ssh = getattr(adapter, "ssh_client", None)  # None: not SSH (or the `ssh` binary's transport)
+    if ssh is None or _active(ssh):
+        return
+    with lock:
+        if not _active(ssh):
+            ssh.connect(**adapter.ssh_params)
+            adapter.pools.clear()
+
+
+def _active(ssh: Any) -> bool:
+    transport = ssh.get_transport()
+    return transport is not None and transport.is_active()
 
 
 def _context(name: str) -> tuple[str, Any]:

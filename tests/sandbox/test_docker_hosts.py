@@ -191,6 +191,30 @@ def test_an_ssh_host_runs_sandboxes_and_gc_cleans_it(remote: str, ssh_host: SSHH
         docker_client(unknown)
 
 
+def test_a_dropped_ssh_connection_is_opened_again(remote: str, ssh_host: SSHHost) -> None:
+    """The SSH connection of this process to a host ending (killed on the server's side) costs
+    only the calls in flight: the next call connects again, so that a sandbox started before
+    runs commands, its forwarded env server answers, and new sandboxes start."""
+    url = ssh_host.url
+    with DockerSandbox(image_for(SOKOBAN), host=url) as sb:
+        server = start_server(sb)
+        assert server_answers(sb, server)
+        assert ssh_host.drop_connections() > 0
+        eventually(lambda: _runs(sb), timeout_s=15)  # a call racing the drop may fail
+        assert sb.exec(["echo", "again"]).check().stdout == b"again\n"
+        assert server_answers(sb, server)
+        with DockerSandbox(image_for(SOKOBAN), host=url) as other:
+            assert other.exec(["echo", "new"]).check().stdout == b"new\n"
+    assert not sandboxes_on(remote)
+
+
+def _runs(sb: DockerSandbox) -> bool:
+    try:
+        return sb.exec(["true"]).returncode == 0
+    except SandboxError:
+        return False
+
+
 def test_an_ssh_host_out_of_sessions_is_a_clear_error(remote: str, ssh_host: SSHHost, tmp_path: Path) -> None:
     """An SSH server at its ``MaxSessions`` (here 1) refuses the channels that a process's calls
     open beside its first: a ``SandboxError`` that says to raise it, nothing left on the host."""

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+import psutil
 import pytest
 
 import agentgym
@@ -455,6 +456,18 @@ class SSHHost(NamedTuple):
 
     url: str
     home: Path
+    pid: int
+    """The SSH server's process: each connection is served by processes under it."""
+
+    def drop_connections(self) -> int:
+        """End every open connection from the server's side, as a failing network or a
+        restarted SSH server does: kill the processes that serve them. How many there were."""
+        serving = psutil.Process(self.pid).children(recursive=True)
+        for process in serving:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs(serving, timeout=10)
+        return len(serving)
 
 
 @pytest.fixture(scope="session")
@@ -499,7 +512,7 @@ def ssh_host(remote_daemon: str) -> Iterator[SSHHost]:
             patch.setenv("HOME", str(home))
             eventually(lambda: _answers(url) or daemon.poll() is not None, timeout_s=30)
         assert daemon.poll() is None, (root / "log").read_text()[-3000:]
-        yield SSHHost(url, home)
+        yield SSHHost(url, home, daemon.pid)
     finally:
         daemon.terminate()
         daemon.wait(10)
