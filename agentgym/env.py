@@ -43,6 +43,9 @@ __all__ = [
     "pick_task",
 ]
 
+#: The observation of a step after the end of an episode (:meth:`TextEnv.episode_over`).
+EPISODE_OVER = "The episode is over; call reset() to start a new one."
+
 #: Longest observation an env may return, in characters.
 MAX_OBSERVATION_CHARS = 1 << 20
 #: Longest action the action space describes, in characters. Longer actions are still answered
@@ -305,6 +308,15 @@ class TextEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         """Gymnasium's ``step``, with the reward typed as ``float``. Subclasses implement it."""
         raise NotImplementedError
+
+    @staticmethod
+    def episode_over(
+        info: dict[str, Any], *, terminated: bool = True
+    ) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """What ``step`` returns once the episode has ended: nothing happens, no reward, the
+        same end again (``terminated``, else truncated) and ``info`` with ``action_valid``
+        false."""
+        return EPISODE_OVER, 0.0, terminated, not terminated, {**info, "action_valid": False}
 
     def render_text(self) -> str:
         """A text picture of the current state, for people (``render``)."""

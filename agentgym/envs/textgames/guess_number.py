@@ -86,13 +86,7 @@ class GuessNumberEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = normalize_action(coerce_action(action))
         if self._success or self._guesses >= self.max_guesses:
-            return (
-                "The game is over; call reset() to start a new one.",
-                0.0,
-                self._success,
-                not self._success,
-                self._info() | {"action_valid": False},
-            )
+            return self.episode_over(self._info(), terminated=self._success)
         self._guesses += 1
         guess = int(text) if _NUMBER.fullmatch(text) else None
         valid = guess is not None and 1 <= guess <= self.high

@@ -857,13 +857,7 @@ class HouseholdEnv(TextEnv):
         text = coerce_action(action)
         house = self._require_reset()
         if self._success or self._steps >= self.max_steps:
-            return (
-                "The episode is over; call reset() to start a new one.",
-                0.0,
-                self._success,
-                not self._success,
-                self._info(action_valid=False),
-            )
+            return self.episode_over(self._info(action_valid=False), terminated=self._success)
         self._steps += 1
         # Admissible actions are already in normal form, so this is match_action's answer.
         command = house.canonical(normalize_action(text))

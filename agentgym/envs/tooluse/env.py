@@ -136,13 +136,7 @@ class ToolUseEnv(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         text = coerce_action(action)
         if self._done:
-            return (
-                "The episode is over; call reset() to start a new one.",
-                0.0,
-                True,
-                False,
-                self._info() | {"action_valid": False},
-            )
+            return self.episode_over(self._info())
         self._turns += 1
         try:
             reply = parse_reply(text, self._tools())

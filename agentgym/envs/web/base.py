@@ -147,10 +147,4 @@ class ShopEnvBase(TextEnv):
         """The answer to a step after the end, or ``None`` while the episode runs."""
         if not self._done:
             return None
-        return (
-            "The episode is over; call reset() to start a new one.",
-            0.0,
-            True,
-            False,
-            self._info() | {"action_valid": False},
-        )
+        return self.episode_over(self._info())

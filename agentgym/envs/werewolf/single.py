@@ -144,13 +144,7 @@ class WerewolfEnv(TextEnv):
         action = coerce_action(action)
         game = self.game_env.game
         if game.over:
-            return (
-                "The game is over; call reset() to start a new one.",
-                0.0,
-                not game.truncated,
-                game.truncated,
-                self._infos[self.seat] | {"action_valid": False},
-            )
+            return self.episode_over(self._infos[self.seat], terminated=not game.truncated)
         observations, rewards, *_, infos = await step_parallel(
             self.game_env, self._seats, self._observations, self._infos, {self.seat: action}
         )

@@ -644,7 +644,7 @@ def test_single_seat_plays_a_whole_game():
             total, done = total + reward, terminated or truncated
             assert info["action_valid"] or not env.unwrapped.game_env.game.by_agent["player_3"].alive
         assert total == (1.0 if info["success"] else -1.0 if terminated else 0.0)
-        assert env.step("<vote>Player1</vote>")[0].startswith("The game is over")
+        assert env.step("<vote>Player1</vote>")[0].startswith("The episode is over")
     with pytest.raises(ValueError, match="seat must be one of player_1 .. player_7"):
         agentgym.make(WEREWOLF, preset="lspo", seat="player_8")
     with pytest.raises(ValueError, match="role must be"):
