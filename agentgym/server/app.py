@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from gymnasium import spaces
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -175,12 +177,9 @@ class _Api:
     async def step(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])
         body = await read_object(request, self.config.max_body_bytes)
+        session.check_usable()
         if session.kind == "single":
-            action = parse_body(StepBody, body).action
-            if session.text_actions and not isinstance(action, str):
-                raise ApiError(
-                    "invalid_request", "field 'action' must be a string (actions are text)", field="action"
-                )
+            action = _action(session.env.action_space, parse_body(StepBody, body).action, "action")
             obs, reward, terminated, truncated, info = await session.step(action)
             return _json(
                 {
@@ -244,9 +243,12 @@ def _agents(session: Session) -> list[Any]:
 
 
 def _agent_actions(session: Session, actions: dict[str, Any]) -> dict[Any, Any]:
-    """``actions`` keyed by the env's own agent objects (JSON keys are strings); unknown or
-    finished agents answer 422."""
+    """``actions`` keyed by the env's own agent objects (JSON keys are strings), each one
+    :func:`_action` of its agent's space. 409 ``reset_needed`` while no agent is live (before the
+    first reset, after the game's end); 422 for unknown or finished agents."""
     live = {str(a): a for a in _agents(session)}
+    if not live:
+        raise ApiError("reset_needed", "no agent is live: reset the session (a game starts with its reset)")
     unknown = sorted(set(actions) - set(live))
     if unknown:
         raise ApiError(
@@ -254,7 +256,34 @@ def _agent_actions(session: Session, actions: dict[str, Any]) -> dict[Any, Any]:
             f"actions for agents that are not live: {unknown}; live agents: {sorted(live)}",
             field="actions",
         )
-    return {live[name]: action for name, action in actions.items()}
+    return {
+        live[name]: _action(session.env.action_space(live[name]), action, f"actions.{name}")
+        for name, action in actions.items()
+    }
+
+
+def _action(space: spaces.Space[Any], action: Any, field: str) -> Any:
+    """``action`` as the env takes it, else 422 ``invalid_request``: for a text space any string
+    (the env itself answers a bad one, as an invalid action), for any other space a member of it
+    (a ``Box``'s as an array of its dtype). An env never sees a value its space refuses."""
+    if isinstance(space, spaces.Text):
+        if isinstance(action, str):
+            return action
+        raise ApiError("invalid_request", f"field {field!r} must be a string (actions are text)", field=field)
+    if isinstance(space, spaces.Box):
+        with contextlib.suppress(ValueError, TypeError, OverflowError):
+            action = np.asarray(action, dtype=space.dtype)
+    try:
+        inside = space.contains(action)
+    except Exception:  # a space's own check failing on a value it never expected
+        inside = False
+    if not inside:
+        shown = repr(action)
+        shown = shown if len(shown) <= 80 else f"{shown[:80]}..."
+        raise ApiError(
+            "invalid_request", f"field {field!r}: {shown} is not in the action space {space}", field=field
+        )
+    return action
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:

@@ -80,7 +80,6 @@ class Session:
         )
         self._twins = async_twins(env) if native else None
         self.inline = not getattr(core, "step_in_thread", True)
-        self.text_actions = isinstance(core, TextEnv)
         self.broken: str | None = None
         self.closed = False
         self.last_used = time.monotonic()
@@ -119,7 +118,7 @@ class Session:
         self.pending += 1
         try:
             async with self._lock:
-                self._check_usable()
+                self.check_usable()
                 deadline = asyncio.timeout(None if self.inline else self.deadline_s)
                 try:
                     async with deadline:
@@ -146,7 +145,8 @@ class Session:
             self.pending -= 1
             self.last_used = time.monotonic()
 
-    def _check_usable(self) -> None:
+    def check_usable(self) -> None:
+        """409 ``session_broken`` for a broken session, 404 ``unknown_session`` for a closed one."""
         if self.broken is not None:
             raise ApiError(
                 "session_broken",

@@ -276,6 +276,48 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
         assert ids[SOKOBAN] == ids[HOUSEHOLD] == "single"
 
 
+def test_actions_outside_the_space_are_refused_and_the_session_goes_on(server):
+    """A client's actions reach an env only if its spaces take them: a game's non-text actions
+    and a plain Gymnasium env's values outside its space answer 422, a game's step with no live
+    agent (before its first reset, after its end) 409, and each session plays on as before."""
+    with httpx.Client(base_url=server.url, trust_env=False) as c:
+        sid = c.post("/sessions", json={"env_id": "agentgym/Signaling-v0"}).json()["session_id"]
+        step = f"/sessions/{sid}/step"
+        _error(c.post(step, json={"actions": {}}), 409, "reset_needed")
+        answer = c.post(f"/sessions/{sid}/reset", json={"seed": 0}).json()
+        for bad in ([1, 2], None, 3, True, {"card": 1}):
+            detail = _error(
+                c.post(step, json={"actions": {answer["agents"][0]: bad}}), 422, "invalid_request"
+            )
+            assert "actions are text" in detail
+        for _ in range(100):  # to the game's end, with admissible answers
+            infos = answer["infos"]
+            actions = {
+                a: infos[a]["admissible_actions"][0] for a in answer["agents"] if infos[a]["action_required"]
+            }
+            answer = c.post(step, json={"actions": actions}).json()
+            if not answer["agents"]:
+                break
+        assert answer["agents"] == [] and any(answer["terminations"].values())
+        _error(c.post(step, json={"actions": {}}), 409, "reset_needed")
+        assert c.post(f"/sessions/{sid}/reset", json={"seed": 1}).json()["agents"]
+
+        for env_id, bad, good in (
+            ("CartPole-v1", ["left", 99, -1, 1.5, None, {"a": 1}, [0]], 1),
+            ("Pendulum-v1", ["x", [5.0], [0.1, 0.2], None], [0.5]),
+        ):
+            sid = c.post("/sessions", json={"env_id": env_id}).json()["session_id"]
+            step = f"/sessions/{sid}/step"
+            assert c.post(f"/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
+            for action in bad:
+                assert "is not in the action space" in _error(
+                    c.post(step, json={"action": action}), 422, "invalid_request"
+                )
+            assert c.post(step, json={"action": good}).status_code == 200
+            assert c.delete(f"/sessions/{sid}").json()["closed"] is True
+        assert c.get("/health").json()["status"] == "ok"
+
+
 def test_client_errors_are_clear(server):
     with pytest.raises(UnknownRemoteEnv, match="Did you mean 'agentgym/Sokoban-v0'") as info:
         RemoteEnv(server.url, "agentgym/Sokobn-v0")
