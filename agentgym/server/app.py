@@ -166,8 +166,9 @@ class _Api:
 
     async def reset(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])
-        body = parse_body(ResetBody, await read_object(request, self.config.max_body_bytes))
-        result = await session.reset(body.seed, body.options)
+        with session.admitted():
+            body = parse_body(ResetBody, await read_object(request, self.config.max_body_bytes))
+            result = await session.reset(body.seed, body.options)
         if session.kind == "single":
             observation, info = result
             return _json({"observation": observation, "info": info})
@@ -176,6 +177,10 @@ class _Api:
 
     async def step(self, request: Request) -> Response:
         session = self.store.get(request.path_params["session_id"])
+        with session.admitted():
+            return await self._step(session, request)
+
+    async def _step(self, session: Session, request: Request) -> Response:
         body = await read_object(request, self.config.max_body_bytes)
         session.check_usable()
         if session.kind == "single":

@@ -59,6 +59,7 @@ STATUS: dict[str, int] = {
     "session_broken": 409,  # the session's env raised earlier and was closed
     "body_too_large": 413,  # the body exceeds max_body_bytes
     "invalid_request": 422,  # a field is missing or has the wrong type
+    "session_busy": 429,  # the session already has MAX_QUEUED requests in the server
     "env_error": 500,  # the env raised in reset/step
     "make_failed": 500,  # make raised something other than TypeError/ValueError
     "internal_error": 500,  # a bug in the server

@@ -30,11 +30,12 @@ the reaper does). This is the rollout engine's rule: a failed env is never reuse
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,6 +52,11 @@ log = logging.getLogger("agentgym.server")
 
 #: Seconds ``close`` waits for a call in flight before closing the env under it.
 CLOSE_WAIT_S = 10.0
+
+#: Requests one session may have in the server at once (reading their bodies, waiting for the
+#: session or running); more are answered 429 ``session_busy``. A client steps a session one
+#: call at a time; each waiting request holds its decoded body.
+MAX_QUEUED = 8
 
 
 class Session:
@@ -83,7 +89,7 @@ class Session:
         self.broken: str | None = None
         self.closed = False
         self.last_used = time.monotonic()
-        self.pending = 0  # calls waiting for or holding the lock; the reaper spares busy sessions
+        self.pending = 0  # requests admitted (see admitted()); the reaper spares busy sessions
         self._on_env_closed = on_env_closed
         self._lock = asyncio.Lock()
         self._closing: asyncio.Task[None] | None = None
@@ -91,6 +97,24 @@ class Session:
     @property
     def busy(self) -> bool:
         return self.pending > 0
+
+    @contextlib.contextmanager
+    def admitted(self) -> Iterator[None]:
+        """One request of this session in the server, from before its body is read until it is
+        answered: it counts in ``pending``, or is refused with 429 ``session_busy`` when
+        :data:`MAX_QUEUED` are in already."""
+        if self.pending >= MAX_QUEUED:
+            raise ApiError(
+                "session_busy",
+                f"session {self.id} already has {self.pending} requests in the server "
+                f"(at most {MAX_QUEUED}): send its calls one at a time",
+            )
+        self.pending += 1
+        try:
+            yield
+        finally:
+            self.pending -= 1
+            self.last_used = time.monotonic()
 
     async def reset(self, seed: int | None, options: dict[str, Any] | None) -> Any:
         """The env's ``reset(seed=seed, options=options)`` result."""
@@ -115,7 +139,6 @@ class Session:
         return await self._run(getattr(self.env, method), *args, **kwargs)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        self.pending += 1
         try:
             async with self._lock:
                 self.check_usable()
@@ -142,7 +165,6 @@ class Session:
                         ) from None
                     raise await self._break(method, exc) from exc
         finally:
-            self.pending -= 1
             self.last_used = time.monotonic()
 
     def check_usable(self) -> None:

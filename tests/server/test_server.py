@@ -35,6 +35,7 @@ from agentgym.server.errors import (
 )
 from agentgym.server.jsonsafe import dumps, to_jsonable
 from agentgym.server.launch import ServerProcess, wait_healthy
+from agentgym.server.sessions import MAX_QUEUED
 
 from fixtures.parallel_env import CounterParallelEnv
 from support import FIXTURES
@@ -213,6 +214,28 @@ async def test_sessions_in_long_calls_hold_no_other_session(server):
     finally:
         for env in envs:
             await env.aclose()
+
+
+async def test_a_busy_session_takes_a_few_requests_and_refuses_the_rest(server):
+    """Requests wait on a busy session up to ``MAX_QUEUED`` in all (each holds its body); the
+    others are answered 429 ``session_busy`` at once, and the session goes on."""
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(base_url=server.url, trust_env=False, limits=limits, timeout=30) as c:
+        created = await c.post("/sessions", json={"env_id": "probe_env:ThreadedProbeEnv"})
+        sid = created.json()["session_id"]
+        step = f"/sessions/{sid}/step"
+        assert (await c.post(f"/sessions/{sid}/reset", json={"seed": 0})).status_code == 200
+        sleeper = asyncio.create_task(c.post(step, json={"action": "sleep:3"}))
+        await asyncio.sleep(0.5)  # it holds the session
+        answers = await asyncio.gather(*(c.post(step, json={"action": "hi"}) for _ in range(2 * MAX_QUEUED)))
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [200] * (MAX_QUEUED - 1) + [429] * (MAX_QUEUED + 1)
+        assert "send its calls one at a time" in _error(
+            next(a for a in answers if a.status_code == 429), 429, "session_busy"
+        )
+        assert (await sleeper).json()["observation"] == "echo sleep:3"
+        assert (await c.post(step, json={"action": "again"})).json()["observation"] == "echo again"
+        assert (await c.delete(f"/sessions/{sid}")).json()["closed"] is True
 
 
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
