@@ -8,6 +8,7 @@ and ``SearchQA-v0`` with ``questions="/etc/shadow"`` opened host files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from agentgym.server.auth import TOKEN_ENV, is_loopback
 from agentgym.server.client import RemoteEnv
 from agentgym.server.errors import RemoteEnvError, RequestRejected
 from agentgym.server.launch import ServerProcess
+from agentgym.server.serve import MAX_HEAD_BYTES
 
 from support.servers import FIXTURE_ENV
 
@@ -92,6 +94,26 @@ def test_requests_without_the_token_are_refused(start_server, monkeypatch):
     finally:
         env.close()
     assert sessions(server, authorization=f"Bearer {TOKEN}") == 0
+
+
+@pytest.mark.parametrize("head", ["header", "url"])
+def test_a_request_head_past_its_bound_is_refused_before_the_token(start_server, head):
+    """A request line or header longer than ``MAX_HEAD_BYTES``, sent without the token, is
+    answered 400 and its connection closed as soon as the bound is passed; the server serves on.
+    (Unbounded, a 100 MB header cost 12 s of CPU and 250 MB before the 401.)"""
+    server = start_server(token=TOKEN)
+    chunk, url = b"a" * 65536, httpx.URL(server.url)
+    with socket.create_connection((url.host, url.port), timeout=30) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Junk: " if head == "header" else b"GET /")
+        answer = b""
+        with contextlib.suppress(OSError):  # the server closes while the client still sends
+            for _ in range(4 * MAX_HEAD_BYTES // len(chunk)):
+                s.sendall(chunk)
+        with contextlib.suppress(OSError):
+            while data := s.recv(65536):
+                answer += data
+    assert answer.startswith(b"HTTP/1.1 400") and b"too large" in answer, answer[:200]
+    assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
 
 
 def test_requests_from_browsers_are_refused(start_server):
