@@ -94,12 +94,18 @@ def reason(exc: BaseException) -> str:
 
 @functools.cache
 def _client_class() -> Any:
-    """docker-py's ``DockerClient``, but verifying a TLS daemon with the CA it was given:
-    requests takes ``$REQUESTS_CA_BUNDLE`` (often set) over a session's CA (psf/requests#3829)."""
+    """docker-py's ``DockerClient``, but verifying a TLS daemon with the CA it was given
+    (requests takes ``$REQUESTS_CA_BUNDLE``, often set, over a session's CA: psf/requests#3829)
+    and connecting an ``ssh://`` daemon again once its connection ended (:func:`_reconnect_ssh`,
+    before each request)."""
     import docker
 
     class APIClient(docker.APIClient):
-        _reconnecting = threading.Lock()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            # one per daemon, so that a dead host holds up no other; set first, since the SDK's
+            # constructor already sends a request (the version)
+            self._reconnecting = threading.Lock()
+            super().__init__(*args, **kwargs)
 
         def get_adapter(self, url: str) -> Any:
             adapter = super().get_adapter(url)

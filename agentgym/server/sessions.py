@@ -139,33 +139,30 @@ class Session:
         return await self._run(getattr(self.env, method), *args, **kwargs)
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            async with self._lock:
-                self.check_usable()
-                deadline = asyncio.timeout(None if self.inline else self.deadline_s)
-                try:
-                    async with deadline:
-                        return await self._invoke(method, *args, **kwargs)
-                except TimeoutError as exc:
-                    if not deadline.expired():  # the env's own TimeoutError: the env failed
-                        raise await self._break(method, exc) from exc
-                    self.broken = f"{method} ran past the server's deadline of {self.deadline_s:g} s"
-                    log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
-                    # its worker is still in the call: close the env after it, without waiting
-                    self._closing = asyncio.get_running_loop().create_task(self._close_env())
-                    raise ApiError(
-                        "step_timeout", f"{self.env_id}: {self.broken}; the session is closed"
-                    ) from None
-                except gym.error.ResetNeeded as exc:
-                    raise ApiError("reset_needed", str(exc)) from None
-                except Exception as exc:
-                    if method == "reset" and isinstance(exc, (TypeError, ValueError)):
-                        raise ApiError(
-                            "invalid_argument", f"reset: {exc}", exception_type=type(exc).__name__
-                        ) from None
+        async with self._lock:
+            self.check_usable()
+            deadline = asyncio.timeout(None if self.inline else self.deadline_s)
+            try:
+                async with deadline:
+                    return await self._invoke(method, *args, **kwargs)
+            except TimeoutError as exc:
+                if not deadline.expired():  # the env's own TimeoutError: the env failed
                     raise await self._break(method, exc) from exc
-        finally:
-            self.last_used = time.monotonic()
+                self.broken = f"{method} ran past the server's deadline of {self.deadline_s:g} s"
+                log.warning("session %s (%s) broken: %s", self.id, self.env_id, self.broken)
+                # its worker is still in the call: close the env after it, without waiting
+                self._closing = asyncio.get_running_loop().create_task(self._close_env())
+                raise ApiError(
+                    "step_timeout", f"{self.env_id}: {self.broken}; the session is closed"
+                ) from None
+            except gym.error.ResetNeeded as exc:
+                raise ApiError("reset_needed", str(exc)) from None
+            except Exception as exc:
+                if method == "reset" and isinstance(exc, (TypeError, ValueError)):
+                    raise ApiError(
+                        "invalid_argument", f"reset: {exc}", exception_type=type(exc).__name__
+                    ) from None
+                raise await self._break(method, exc) from exc
 
     def check_usable(self) -> None:
         """409 ``session_broken`` for a broken session, 404 ``unknown_session`` for a closed one."""
