@@ -8,6 +8,7 @@ and ``SearchQA-v0`` with ``questions="/etc/shadow"`` opened host files.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -24,8 +25,9 @@ from agentgym.server.client import RemoteEnv
 from agentgym.server.errors import RemoteEnvError, RequestRejected
 from agentgym.server.launch import ServerProcess
 from agentgym.server.serve import MAX_HEAD_BYTES
+from agentgym.server.sessions import MAX_QUEUED
 
-from support.servers import FIXTURE_ENV
+from support.servers import FIXTURE_ENV, error_detail
 
 SOKOBAN, TOOLUSE, SEARCH = "agentgym/Sokoban-v0", "agentgym/ToolUse-v0", "agentgym/SearchQA-v0"
 TOKEN = "s3cret-token-for-this-test"
@@ -272,3 +274,69 @@ def test_a_step_past_the_deadline_ends_its_session_only(start_server):
         slow.close()
         other.close()
     assert sessions(server) == 0
+
+
+def test_actions_outside_the_space_are_refused_and_the_session_goes_on(start_server):
+    """A client's actions reach an env only if its spaces take them: a game's non-text actions
+    and a plain Gymnasium env's values outside its space answer 422, a game's step with no live
+    agent (before its first reset, after its end) 409, and each session plays on as before."""
+    server = start_server(allow_entry_points=True, env=FIXTURE_ENV)
+    with httpx.Client(base_url=server.url, trust_env=False) as c:
+        sid = c.post("/sessions", json={"env_id": "agentgym/Signaling-v0"}).json()["session_id"]
+        step = f"/sessions/{sid}/step"
+        error_detail(c.post(step, json={"actions": {}}), 409, "reset_needed")
+        answer = c.post(f"/sessions/{sid}/reset", json={"seed": 0}).json()
+        for bad in ([1, 2], None, 3, True, {"card": 1}):
+            detail = error_detail(
+                c.post(step, json={"actions": {answer["agents"][0]: bad}}), 422, "invalid_request"
+            )
+            assert "actions are text" in detail
+        for _ in range(100):  # to the game's end, with admissible answers
+            infos = answer["infos"]
+            actions = {
+                a: infos[a]["admissible_actions"][0] for a in answer["agents"] if infos[a]["action_required"]
+            }
+            answer = c.post(step, json={"actions": actions}).json()
+            if not answer["agents"]:
+                break
+        assert answer["agents"] == [] and any(answer["terminations"].values())
+        error_detail(c.post(step, json={"actions": {}}), 409, "reset_needed")
+        assert c.post(f"/sessions/{sid}/reset", json={"seed": 1}).json()["agents"]
+
+        for env_id, bad, good in (
+            ("CartPole-v1", ["left", 99, -1, 1.5, None, {"a": 1}, [0]], 1),
+            ("Pendulum-v1", ["x", [5.0], [0.1, 0.2], None], [0.5]),
+        ):
+            sid = c.post("/sessions", json={"env_id": env_id}).json()["session_id"]
+            step = f"/sessions/{sid}/step"
+            assert c.post(f"/sessions/{sid}/reset", json={"seed": 0}).status_code == 200
+            for action in bad:
+                assert "is not in the action space" in error_detail(
+                    c.post(step, json={"action": action}), 422, "invalid_request"
+                )
+            assert c.post(step, json={"action": good}).status_code == 200
+            assert c.delete(f"/sessions/{sid}").json()["closed"] is True
+        assert c.get("/health").json()["status"] == "ok"
+
+
+async def test_a_busy_session_takes_a_few_requests_and_refuses_the_rest(start_server):
+    """Requests wait on a busy session up to ``MAX_QUEUED`` in all (each holds its body); the
+    others are answered 429 ``session_busy`` at once, and the session goes on."""
+    server = start_server(allow_entry_points=True, env=FIXTURE_ENV)
+    limits = httpx.Limits(max_connections=None)
+    async with httpx.AsyncClient(base_url=server.url, trust_env=False, limits=limits, timeout=30) as c:
+        created = await c.post("/sessions", json={"env_id": "probe_env:ThreadedProbeEnv"})
+        sid = created.json()["session_id"]
+        step = f"/sessions/{sid}/step"
+        assert (await c.post(f"/sessions/{sid}/reset", json={"seed": 0})).status_code == 200
+        sleeper = asyncio.create_task(c.post(step, json={"action": "sleep:3"}))
+        await asyncio.sleep(0.5)  # it holds the session
+        answers = await asyncio.gather(*(c.post(step, json={"action": "hi"}) for _ in range(2 * MAX_QUEUED)))
+        statuses = sorted(a.status_code for a in answers)
+        assert statuses == [200] * (MAX_QUEUED - 1) + [429] * (MAX_QUEUED + 1)
+        assert "send its calls one at a time" in error_detail(
+            next(a for a in answers if a.status_code == 429), 429, "session_busy"
+        )
+        assert (await sleeper).json()["observation"] == "echo sleep:3"
+        assert (await c.post(step, json={"action": "again"})).json()["observation"] == "echo again"
+        assert (await c.delete(f"/sessions/{sid}")).json()["closed"] is True

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from agentgym.hosting import ServerPool
@@ -20,6 +21,14 @@ from support import FIXTURES
 
 FIXTURE_ENV = {"PYTHONPATH": os.pathsep.join(filter(None, [str(FIXTURES), os.environ.get("PYTHONPATH")]))}
 """The environment of a server that hosts the fixture envs (tests/fixtures)."""
+
+
+def error_detail(response: httpx.Response, status: int, code: str) -> str:
+    """The ``detail`` of an env server's error answer, after checking its status and code."""
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error"] == code, body
+    return body["detail"]
 
 
 def alive(pid: int) -> bool:
