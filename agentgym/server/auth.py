@@ -71,7 +71,8 @@ async def _answer_json(send: _Send, status: int, body: bytes, *headers: tuple[by
 
 class BearerAuth:
     """ASGI middleware: HTTP requests without ``Authorization: Bearer <token>`` are answered
-    401 ``unauthorized``; others go on to ``app``."""
+    401 ``unauthorized``, WebSocket handshakes without it are closed before they are accepted
+    (uvicorn answers them 403); others go on to ``app``."""
 
     def __init__(self, app: _Asgi, token: str):
         if not token:
@@ -80,16 +81,20 @@ class BearerAuth:
         self._expected = f"Bearer {token}".encode()
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
-        if scope["type"] == "http":
-            given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-            if not hmac.compare_digest(given, self._expected):
-                body = (
-                    b'{"error": "unauthorized", "detail": "this server needs '
-                    b'Authorization: Bearer <token> (agentgym serve --token)"}'
-                )
-                await _answer_json(send, 401, body, (b"www-authenticate", b"Bearer"))
-                return
-        await self.app(scope, receive, send)
+        if scope["type"] not in ("http", "websocket") or self._authorized(scope):
+            await self.app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": ""})
+        else:
+            body = (
+                b'{"error": "unauthorized", "detail": "this server needs '
+                b'Authorization: Bearer <token> (agentgym serve --token)"}'
+            )
+            await _answer_json(send, 401, body, (b"www-authenticate", b"Bearer"))
+
+    def _authorized(self, scope: _Scope) -> bool:
+        given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        return hmac.compare_digest(given, self._expected)
 
 
 class NoBrowsers:

@@ -3,7 +3,8 @@
     python -m agentgym.server [--host 127.0.0.1] [--port 8000 | --uds PATH]
         [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576] [--step-timeout 600]
         [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
-        [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH] [--log-level warning]
+        [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH]
+        [--head-timeout 10] [--log-level warning]
 
 ``python -m agentgym.server`` starts faster than ``agentgym serve`` (it skips the CLI's other
 imports); both take the same options.
@@ -102,6 +103,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help='write {"pid", "url", "host", "port"} (or "uds") here once serving',
     )
     parser.add_argument(
+        "--head-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send a request's line and headers; past it the "
+        "request is answered 408 and the connection closed (default %(default)s)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
 
@@ -118,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             step_timeout_s=args.step_timeout,
         )
+        if not args.head_timeout > 0:
+            raise ValueError(f"head timeout must be > 0, got {args.head_timeout}")
     except ValueError as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
     serve(
@@ -135,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         ready_file=args.ready_file,
         log_level=args.log_level,
+        head_timeout_s=args.head_timeout,
     )
     return 0
 

@@ -14,6 +14,7 @@ keeps the process from exiting: the launcher's SIGKILL (``ServerProcess.stop``) 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -41,61 +42,103 @@ KEEP_ALIVE_S = 75
 #: Most bytes a request line and headers may take (counted with any body bytes that arrive in
 #: the same reads); a request whose head runs past it is answered 400 and its connection closed.
 MAX_HEAD_BYTES = 1 << 20
+#: Seconds a connection has to send a request's line and headers, from when it opens and, kept
+#: alive, from the first byte of each later request; past it the request is answered 408 and
+#: its connection closed.
+HEAD_TIMEOUT_S = 10.0
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that calls ``on_ready`` once it accepts connections."""
+    """A uvicorn server that calls ``on_ready`` once it accepts connections and ``on_stopped``
+    once it has shut down (before uvicorn raises again the signal that stopped it, which ends
+    the process)."""
 
-    def __init__(self, config: uvicorn.Config, on_ready: Callable[[], None] | None):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        on_ready: Callable[[], None] | None,
+        on_stopped: Callable[[], None] | None,
+    ):
         super().__init__(config)
-        self._on_ready = on_ready
+        self._on_ready, self._on_stopped = on_ready, on_stopped
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.started and self._on_ready is not None:
             self._on_ready()
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().shutdown(sockets=sockets)
+        finally:
+            if self._on_stopped is not None:
+                self._on_stopped()
+
 
 def uvicorn_server(
-    app: Any, *, log_level: str = "warning", on_ready: Callable[[], None] | None = None
+    app: Any,
+    *,
+    log_level: str = "warning",
+    head_timeout_s: float = HEAD_TIMEOUT_S,
+    on_ready: Callable[[], None] | None = None,
+    on_stopped: Callable[[], None] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server of ``app`` as every agentgym server runs: no access log, lifespan
-    events, a listen backlog of 4096, idle keep-alive connections closed after
-    :data:`KEEP_ALIVE_S`, a graceful shutdown of at most :data:`GRACEFUL_SHUTDOWN_S`, no
-    ``Server``/``Date`` headers. It calls ``on_ready`` once it accepts connections. Serve with
-    ``server.run(sockets=[sock])`` on a socket bound beforehand (so that its port is known)."""
+    events, a listen backlog of 4096, request heads bounded to :data:`MAX_HEAD_BYTES` and
+    ``head_timeout_s``, idle keep-alive connections closed after :data:`KEEP_ALIVE_S`, a
+    graceful shutdown of at most :data:`GRACEFUL_SHUTDOWN_S`, no ``Server``/``Date`` headers.
+    It calls ``on_ready`` once it accepts connections and ``on_stopped`` once it has shut down.
+    Serve with ``server.run(sockets=[sock])`` on a socket bound beforehand (so that its port is
+    known)."""
+    if not head_timeout_s > 0:
+        raise ValueError(f"head_timeout_s must be > 0, got {head_timeout_s}")
     config = uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        http=_http_protocol(),
+        http=_http_protocol(head_timeout_s),
         backlog=4096,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         server_header=False,
         date_header=False,
     )
-    return _Server(config, on_ready)
+    return _Server(config, on_ready, on_stopped)
 
 
-def _http_protocol() -> type | str:
-    """uvicorn's httptools protocol with the request head bounded by :data:`MAX_HEAD_BYTES`;
-    h11 where httptools is not installed (h11 bounds a head itself, to 16 KiB). httptools alone
-    buffers a request line or header without bound, before the token is checked: a 100 MB
-    header cost a server 12 s of CPU and 250 MB. (h11 everywhere would cost 40% of the steps a
-    loaded server answers per second.)"""
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:
-        return "h11"
+def _http_protocol(head_timeout_s: float) -> type:
+    """uvicorn's httptools protocol with each request head bounded in size and in time.
+
+    - Size: a request line and headers past :data:`MAX_HEAD_BYTES` are answered 400 and the
+      connection closed. httptools alone buffers them without bound, before the token is
+      checked: a 100 MB header cost a server 12 s of CPU and 250 MB.
+    - Time: a connection has ``head_timeout_s`` to send a whole head, counted from when it
+      opens and, on a kept-alive connection, from the first byte of each later request; past it
+      the request is answered 408 and the connection closed. uvicorn alone waits forever for a
+      connection that sends nothing or a byte at a time, each holding a file descriptor.
+
+    (uvicorn's h11 protocol bounds a head's size itself but not its time, and would cost 40% of
+    the steps a loaded server answers per second.)"""
+    from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
     class BoundedHead(HttpToolsProtocol):
         _head_bytes = 0
         _in_body = False
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._stop_head_timer()
+            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if not self._in_body:
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES:
                     self.send_400_response("Request line and headers too large.")
@@ -104,11 +147,30 @@ def _http_protocol() -> type | str:
 
         def on_headers_complete(self) -> None:
             self._in_body, self._head_bytes = True, 0
+            self._stop_head_timer()
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._in_body = False
             super().on_message_complete()
+
+        def _stop_head_timer(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _head_too_slow(self) -> None:
+            self._head_timer = None
+            if not self.transport.is_closing():
+                msg = f"Request head not received within {head_timeout_s:g} s.".encode()
+                self.transport.write(
+                    STATUS_LINE[408]
+                    + b"content-type: text/plain; charset=utf-8\r\ncontent-length: "
+                    + str(len(msg)).encode()
+                    + b"\r\nconnection: close\r\n\r\n"
+                    + msg
+                )
+                self.transport.close()
 
     return BoundedHead
 
@@ -129,6 +191,7 @@ def serve(
     token: str | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
+    head_timeout_s: float = HEAD_TIMEOUT_S,
 ) -> None:
     """Serve env sessions until SIGTERM/SIGINT (blocking).
 
@@ -144,6 +207,9 @@ def serve(
             address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
         log_level: uvicorn's log level (access logs are off).
+        head_timeout_s: seconds a connection has to send a request's line and headers (from
+            when it opens and, kept alive, from the first byte of each later request); past it
+            the request is answered 408 and the connection closed.
     """
     config = ServerConfig(
         max_sessions=max_sessions,
@@ -161,7 +227,15 @@ def serve(
             f"agentgym serve: binding {host} lets other machines in; give a token "
             f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket"
         )
-    serve_app(create_app(config), host, port, uds=uds, ready_file=ready_file, log_level=log_level)
+    serve_app(
+        create_app(config),
+        host,
+        port,
+        uds=uds,
+        ready_file=ready_file,
+        log_level=log_level,
+        head_timeout_s=head_timeout_s,
+    )
 
 
 def serve_app(
@@ -172,21 +246,31 @@ def serve_app(
     uds: str | os.PathLike[str] | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
+    head_timeout_s: float = HEAD_TIMEOUT_S,
 ) -> None:
     """Serve any ASGI ``app`` with the readiness and shutdown contract of the module documentation
-    (blocking); arguments as for :func:`serve`. The retrieval service uses it too."""
+    (blocking); arguments as for :func:`serve`. The retrieval service uses it too. A Unix socket
+    file is removed when the server stops, also by a signal."""
     _log_like_uvicorn(log_level)
     sock = _bind_unix(Path(uds)) if uds is not None else _bind_tcp(host, port)
-    server = uvicorn_server(
-        app, log_level=log_level, on_ready=lambda: _announce(_ready_info(sock, host, uds), ready_file)
-    )
-    try:
-        server.run(sockets=[sock])
-    finally:
+
+    def release() -> None:
         sock.close()
         if uds is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(uds)
+
+    server = uvicorn_server(
+        app,
+        log_level=log_level,
+        head_timeout_s=head_timeout_s,
+        on_ready=lambda: _announce(_ready_info(sock, host, uds), ready_file),
+        on_stopped=release,
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        release()
 
 
 def _log_like_uvicorn(level: str) -> None:

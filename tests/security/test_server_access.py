@@ -12,15 +12,21 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agentgym.server.auth import TOKEN_ENV, is_loopback
+from agentgym.server.auth import TOKEN_ENV, BearerAuth, is_loopback
 from agentgym.server.client import RemoteEnv
 from agentgym.server.errors import RemoteEnvError, RequestRejected
 from agentgym.server.launch import ServerProcess
@@ -116,6 +122,82 @@ def test_a_request_head_past_its_bound_is_refused_before_the_token(start_server,
                 answer += data
     assert answer.startswith(b"HTTP/1.1 400") and b"too large" in answer, answer[:200]
     assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """One HTTP answer read from ``sock``: its head and ``content-length`` bytes of body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536) or b"<closed>"
+        assert not data.endswith(b"<closed>"), data
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(
+            line.split(b":")[1] for line in head.lower().split(b"\r\n") if line.startswith(b"content-length")
+        )
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def _closed(sock: socket.socket) -> bool:
+    with contextlib.suppress(ConnectionResetError):
+        return sock.recv(1) == b""
+    return True
+
+
+def test_a_connection_that_never_finishes_its_request_head_is_closed(start_server):
+    """A connection has ``--head-timeout`` seconds to send a request's line and headers, from
+    when it opens and, kept alive, from the first byte of each later request. One that sends
+    nothing, or its head a byte at a time, is answered 408 and closed, without the token; a
+    kept-alive connection idle between requests is not (it has the keep-alive time); the
+    server serves on. (uvicorn alone waited forever, each such connection holding one of the
+    server's file descriptors.)"""
+    server = start_server(token=TOKEN, extra_args=["--head-timeout", "1"])
+    url, auth = httpx.URL(server.url), f"Bearer {TOKEN}".encode()
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: " + auth + b"\r\n\r\n"
+    silent = [socket.create_connection((url.host, url.port), timeout=30) for _ in range(8)]
+    trickle = socket.create_connection((url.host, url.port), timeout=30)
+    for byte in request:  # a byte each 0.2 s, until answered: the whole head would take 15 s
+        if select.select([trickle], [], [], 0.2)[0]:
+            break
+        trickle.send(bytes([byte]))
+    kept = socket.create_connection((url.host, url.port), timeout=30)
+    kept.sendall(request)
+    assert _answer(kept).startswith(b"HTTP/1.1 200")
+    time.sleep(2)  # idle past the head timeout, within the keep-alive time
+    kept.sendall(request)
+    assert _answer(kept).startswith(b"HTTP/1.1 200")
+    kept.sendall(request[:10])  # a later request's head begun and never finished
+    for sock in (*silent, trickle, kept):
+        with sock:
+            answer = _answer(sock)
+            assert answer.startswith(b"HTTP/1.1 408") and b"not received within 1 s" in answer, answer
+            assert _closed(sock)
+    assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
+
+
+def test_websocket_handshakes_without_the_token_are_refused():
+    """The token guards WebSocket handshakes as it guards HTTP requests (the env server has no
+    WebSocket route; an app that :class:`BearerAuth` wraps may)."""
+
+    async def echo(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.send_text(await ws.receive_text())
+
+    app = BearerAuth(Starlette(routes=[WebSocketRoute("/ws", echo)]), TOKEN)
+    with TestClient(app) as client:
+        for headers in ({}, {"authorization": "Bearer wrong"}):
+            with (
+                pytest.raises(WebSocketDisconnect) as refused,
+                client.websocket_connect("/ws", headers=headers),
+            ):
+                pass
+            assert refused.value.code == 1008
+        with client.websocket_connect("/ws", headers={"authorization": f"Bearer {TOKEN}"}) as ws:
+            ws.send_text("hello")
+            assert ws.receive_text() == "hello"
 
 
 def test_requests_from_browsers_are_refused(start_server):

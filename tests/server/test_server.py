@@ -607,14 +607,18 @@ def test_cli_serve_writes_ready_file_and_starts_fast(tmp_path):
     assert not alive(process.pid)
 
 
-def test_unix_socket_server(start_server):
-    server = start_server(use_uds=True)
-    assert server.uds is not None and Path(server.uds).is_socket()
-    env = RemoteEnv(server.url, SOKOBAN, uds=server.uds)
-    try:
-        assert _play(env, 3) == _play(agentgym.make(SOKOBAN), 3)
-    finally:
-        env.close()
+def test_unix_socket_server(tmp_path):
+    """A server on a Unix socket plays as the env in-process, and removes its socket file when
+    SIGTERM stops it (uvicorn ends the process by raising the signal again)."""
+    with ServerProcess(use_uds=True, workdir=tmp_path) as server:
+        assert server.uds is not None and Path(server.uds).is_socket()
+        env = RemoteEnv(server.url, SOKOBAN, uds=server.uds)
+        try:
+            assert _play(env, 3) == _play(agentgym.make(SOKOBAN), 3)
+        finally:
+            env.close()
+        assert server.stop() == -signal.SIGTERM
+    assert not alive(server.pid) and not Path(server.uds).exists()
 
 
 def test_server_that_cannot_start_reports_why(start_server):
