@@ -137,13 +137,16 @@ def _http_protocol(head_timeout_s: float) -> type:
 
         def data_received(self, data: bytes) -> None:
             if not self._in_body:
-                if self._head_timer is None:
-                    self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES:
                     self.send_400_response("Request line and headers too large.")
                     return
             super().data_received(data)
+
+        def on_message_begin(self) -> None:  # the parser met a request's first byte
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
+            super().on_message_begin()
 
         def on_headers_complete(self) -> None:
             self._in_body, self._head_bytes = True, 0
