@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from agentgym.http import PerLoop, async_http_client, describe_error, request_with_retries, url_of
+from agentgym.http import PerLoop, describe_error, request_with_retries, url_of
 from agentgym.policies.router import Router, Server, Unreachable, base_urls
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable
 
@@ -193,15 +193,10 @@ class OpenAIPolicy:
         self.check_model = check_model
         key = os.environ.get(api_key_env) if api_key_env else None
         self._key = _Secret(key) if key else None
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._router = Router(
+        self._router = Router.over_http(
             urls,
-            lambda url: async_http_client(
-                url,
-                timeout=self.timeout,
-                headers=headers,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            ),
+            timeout=self.timeout,
+            api_key=key,
             error=OpenAIRequestError,
             readmit=self._check_server,
             cooldown=cooldown,

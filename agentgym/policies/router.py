@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from agentgym.http import PerLoop, RetryBudget, parse_endpoint
+from agentgym.http import PerLoop, RetryBudget, async_http_client, parse_endpoint
 from agentgym.policy import PolicyUnavailable
 
 __all__ = ["Router", "Server", "Unreachable", "base_urls", "current_server", "server_fault"]
@@ -161,6 +161,35 @@ class Router:
         self.readmit = readmit
         self.cooldown = cooldown
         self._sessions: OrderedDict[str, Server] = OrderedDict()
+
+    @classmethod
+    def over_http(
+        cls,
+        urls: Sequence[str],
+        *,
+        timeout: float | None,
+        api_key: str | None = None,
+        error: type[Exception],
+        readmit: Callable[[Server], Awaitable[Any]],
+        cooldown: float = 10.0,
+    ) -> Router:
+        """A router of OpenAI-compatible servers, each reached with one
+        :func:`~agentgym.http.async_http_client` per event loop: ``timeout`` seconds per call,
+        ``Authorization: Bearer <api_key>`` when a key is given, and no bound on connections
+        (the policy bounds its calls in flight)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        return cls(
+            urls,
+            lambda url: async_http_client(
+                url,
+                timeout=timeout,
+                headers=headers,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+            ),
+            error=error,
+            readmit=readmit,
+            cooldown=cooldown,
+        )
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Each server's :meth:`Server.snapshot`, with ``sessions``: how many sessions it

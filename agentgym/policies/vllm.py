@@ -29,10 +29,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import httpx
 from rich.console import Console
 
-from agentgym.http import PerLoop, async_http_client, request_with_retries
+from agentgym.http import PerLoop, request_with_retries
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policies.openai import CHECK_TIMEOUT_S, require_served, served_models
 from agentgym.policies.router import Router, Server, base_urls
@@ -336,15 +335,10 @@ class VLLMPolicy:
         self.server: Stoppable | None = None
         """The server (or servers) this policy launched and stops in :meth:`aclose` (see
         :meth:`launch`)."""
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._router = Router(
+        self._router = Router.over_http(
             urls,
-            lambda url: async_http_client(
-                url,
-                timeout=self.timeout,
-                headers=headers,
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-            ),
+            timeout=self.timeout,
+            api_key=api_key,
             error=VLLMRequestError,
             readmit=self._readmit,
             cooldown=cooldown,
