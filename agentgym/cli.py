@@ -301,6 +301,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         ready_file=args.ready_file,
         log_level=args.log_level,
+        head_timeout_s=args.head_timeout,
     )
     return 0
 

@@ -68,7 +68,7 @@ from agentgym._version import __version__
 from agentgym.registry import UnknownEnvError, manifest, require_single
 from agentgym.server.auth import NoBrowsers, is_loopback
 from agentgym.server.jsonsafe import to_jsonable
-from agentgym.server.serve import serve_app
+from agentgym.server.serve import HEAD_TIMEOUT_S, serve_app
 
 __all__ = [
     "OpenEnvEnvironment",
@@ -255,11 +255,13 @@ def serve(
     idle_timeout_s: float | None = 600.0,
     ready_file: str | None = None,
     log_level: str = "warning",
+    head_timeout_s: float = HEAD_TIMEOUT_S,
 ) -> None:
     """Serve :func:`create_app` until SIGTERM/SIGINT (blocking), with the readiness line, ready
-    file and graceful shutdown of :func:`agentgym.server.serve.serve_app` (``port=0`` binds a
-    free port). A ``host`` that is not loopback, an unknown id and bad kwargs end the process
-    (``SystemExit``) before anything is bound."""
+    file, request-head bounds and graceful shutdown of
+    :func:`agentgym.server.serve.serve_app` (``port=0`` binds a free port). A ``host`` that is
+    not loopback, an unknown id and bad kwargs end the process (``SystemExit``) before anything
+    is bound."""
     if not is_loopback(host):
         raise SystemExit(
             f"agentgym serve --protocol openenv: binding {host} would let other machines in, and "
@@ -269,4 +271,4 @@ def serve(
         app = create_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     except (UnknownEnvError, TypeError, ValueError) as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
-    serve_app(app, host, port, ready_file=ready_file, log_level=log_level)
+    serve_app(app, host, port, ready_file=ready_file, log_level=log_level, head_timeout_s=head_timeout_s)

@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--head-timeout",
-        type=float,
+        type=_seconds,
         default=10.0,
         metavar="S",
         help="seconds a connection has to send a request's line and headers; past it the "
@@ -113,6 +113,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds > 0 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"seconds must be a number > 0, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -127,8 +138,6 @@ def run(args: argparse.Namespace) -> int:
             max_body_bytes=args.max_body_bytes,
             step_timeout_s=args.step_timeout,
         )
-        if not args.head_timeout > 0:
-            raise ValueError(f"head timeout must be > 0, got {args.head_timeout}")
     except ValueError as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
     serve(

@@ -35,6 +35,7 @@ from agentgym.server.errors import (
 )
 from agentgym.server.jsonsafe import dumps, to_jsonable
 from agentgym.server.launch import ServerProcess, wait_healthy
+from agentgym.server.main import main as server_main
 
 from fixtures.parallel_env import CounterParallelEnv
 from support import FIXTURES
@@ -619,6 +620,14 @@ def test_unix_socket_server(tmp_path):
             env.close()
         assert server.stop() == -signal.SIGTERM
     assert not alive(server.pid) and not Path(server.uds).exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "ten"])
+def test_a_head_timeout_that_is_not_seconds_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as refused:
+        server_main(["--head-timeout", value, "--port", "0"])
+    assert refused.value.code == 2
+    assert f"seconds must be a number > 0, got {value!r}" in capsys.readouterr().err
 
 
 def test_server_that_cannot_start_reports_why(start_server):
