@@ -29,6 +29,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import agentgym
+from agentgym.process import wait_until
 
 from support import unavailable
 from support.hostile import HOSTILE, NUL, SURROGATE, TOOLUSE_BREAKS, tool_call
@@ -212,6 +213,25 @@ def test_actions_aimed_at_the_engine_are_the_agents(env):
     check_step(env, "wait()" if desktop else "scroll(down)")
     assert engine() is before
     assert before.alive() if desktop else before.is_connected()
+
+
+@pytest.mark.parametrize("env", [p for p in ENV_IDS if p.values[0] == "agentgym/Shop-v0"], indirect=True)
+def test_windows_an_agent_opens_are_closed(env):
+    """``Shift+Enter`` or ``Control+Enter`` on a link opens a window or a tab: a renderer of
+    about 30 MB each, which piled up until a sandbox's memory limit killed the env server with
+    every session on it. Each is closed as it opens, said so in an observation, and the episode
+    goes on in its one tab."""
+    check_step(env, 'press("Tab")')  # the first link
+    seen = ""
+    for _ in range(10):
+        for keys in ("Shift+Enter", "Control+Enter"):
+            check_step(env, f'press("{keys}")')
+            seen += env.step("scroll(up)")[0]
+    context = env.unwrapped.context
+    wait_until(lambda: len(context.pages) == 1, timeout=10, interval=0.05, expired=TimeoutError)
+    assert context.pages == [env.unwrapped.page]
+    assert "A window or tab that an action opened was closed" in seen
+    check_step(env, 'goto("/cart")')
 
 
 _CASES = [SURROGATE + "x", *TOOLUSE_BREAKS, *HOSTILE]

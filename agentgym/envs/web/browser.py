@@ -19,8 +19,9 @@ Refs may be quoted or bare. A malformed action, a ref not on the page, a fill of
 is not a text box, a ``goto`` to another host, a link that leads off the shop (the browser is
 taken back), or any action that fails within :data:`ACTION_TIMEOUT_MS` is answered with feedback
 and ``action_valid=False``. JavaScript dialogs are accepted and their text shown in the next
-observation. A browser that dies mid-episode truncates the episode with ``info["error"]``; the
-next reset starts a fresh one.
+observation; a window or tab that an action opens (``press("Shift+Enter")`` on a link) is
+closed as it opens, and said so. A browser that dies mid-episode truncates the episode with
+``info["error"]``; the next reset starts a fresh one.
 
 One browser per process (:class:`BrowserHost`, shared by every env instance there, with the
 shop's web server on the same event loop), and a fresh browser context per episode: no cookie,
@@ -330,6 +331,7 @@ class ShopBrowserEnv(ShopEnvBase):
         self.page = await self.context.new_page()
         self.page.on("dialog", self._on_dialog)
         self.page.on("request", self._on_request)
+        self.context.on("page", self._on_page)
         self._notes = []
         await self.page.goto(self._site + "/")
         await self._look()
@@ -343,6 +345,15 @@ class ShopBrowserEnv(ShopEnvBase):
     def _on_dialog(self, dialog: Any) -> None:
         self._notes.append(f"A {dialog.type} dialog said: {dialog.message!r} (accepted).")
         asyncio.ensure_future(_quietly(dialog.accept()))  # noqa: RUF006 - the page holds the dialog
+
+    def _on_page(self, page: Any) -> None:
+        # A window the agent opened (Shift+Enter or Control+Enter on a link): each is a renderer
+        # of ~30 MB that nothing else would close before the episode ends.
+        if page is not self.page:
+            self._notes.append(
+                "A window or tab that an action opened was closed: this shop is browsed in one tab."
+            )
+            asyncio.ensure_future(_quietly(page.close()))  # noqa: RUF006 - the context holds the page
 
     def _on_request(self, request: Any) -> None:
         if request.is_navigation_request() and not request.url.startswith(self._site + "/"):
