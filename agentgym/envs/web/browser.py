@@ -412,7 +412,10 @@ class ShopBrowserEnv(ShopEnvBase):
                 except PlaywrightError:
                     await target.select_option(value=args[1])
             elif verb == "press":
-                await page.keyboard.press(args[0])
+                # A locator's press, unlike the keyboard's, waits for a navigation the key starts
+                # (Enter in a form) to commit: the observation is then the new page. The body
+                # is not focusable, so the key still goes to the focused element.
+                await page.locator("body").press(args[0])
             elif verb == "scroll":
                 if args[0].lower() not in ("up", "down"):
                     return "scroll takes up or down."

@@ -151,6 +151,17 @@ def ref_of(obs: str, role: str, name: str) -> str:
     return line.split("[ref=")[1].split("]")[0]
 
 
+def test_a_key_that_submits_a_form_is_answered_with_the_page_it_opens(env):
+    """Enter in the search box answers with the results page (a key press waited for nothing
+    before: the observation was often still the page it left)."""
+    for seed in range(5):
+        obs, info = env.reset(seed=seed)
+        env.step(f'fill({ref_of(obs, "searchbox", "Search products")}, "wireless earbuds")')
+        obs, *_, info = env.step('press("Enter")')
+        assert info["url"].startswith("/search?") and "wireless" in info["url"], info["url"]
+        assert f"URL: {info['url']}" in obs
+
+
 def test_bad_actions_are_answered_and_never_hang_the_browser(env):
     obs, info = env.reset(seed=0)
     link = ref_of(obs, "link", "Help")
