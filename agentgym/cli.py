@@ -291,6 +291,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.env is None:
         raise SystemExit("agentgym serve --protocol openenv: name the env with --env ID")
     from agentgym.integrations.openenv import serve  # loads openenv-core
+    from agentgym.server.serve import RequestTimeouts
 
     serve(
         args.env,
@@ -301,7 +302,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         ready_file=args.ready_file,
         log_level=args.log_level,
-        head_timeout_s=args.head_timeout,
+        timeouts=RequestTimeouts(args.head_timeout, args.body_timeout),
     )
     return 0
 

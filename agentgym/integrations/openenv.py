@@ -26,6 +26,13 @@ protocol is openenv's:
   fresh env (``/step`` thus always answers 409: no reset); ``GET /health``, ``/schema``,
   ``/metadata``.
 
+Nothing else is served: openenv's other routes (``/mcp`` over HTTP and WebSocket, whose
+JSON-RPC ``openenv/session/create`` would take a session slot tied to no connection, and its
+``/docs``, ``/redoc``, ``/openapi.json``) are answered 404, or their WebSocket handshake 403,
+before openenv sees them; a ``/ws`` message of another type than the four above (openenv's
+``mcp``: agentgym envs have no MCP tools) is answered ``{"type": "error", "data": {"message",
+"code": "UNKNOWN_TYPE"}}`` without reaching openenv.
+
 The env id and its kwargs are the operator's (``agentgym serve --env ID --set KEY=VALUE``);
 clients choose only seeds, reset options and actions. A bad action is answered as the env
 answers it (``info["action_valid"] = False``), never as a server error.
@@ -34,9 +41,19 @@ Security: **loopback only.** openenv's clients send no credentials, so this serv
 :func:`serve` refuses any address but a loopback one (there is no Unix socket either: openenv's
 clients cannot reach one). Requests and WebSocket handshakes that carry an ``Origin`` header,
 which browsers send and openenv's clients do not, are refused (403), so that a web page open in
-a local browser cannot drive the server. The limits are openenv's: ``max_sessions`` sessions at
-once, WebSocket messages up to uvicorn's 16 MiB, no step deadline (the client's
-``message_timeout_s``, 60 s by default, gives up on a step; the env's step goes on).
+a local browser cannot drive the server. Bounds:
+
+* ``max_sessions`` sessions, hence live session envs, at once: a session is a ``/ws``
+  connection and nothing else, and its slot is freed only when the connection has ended and
+  its env is closed. A session idle for ``idle_timeout_s`` (no message) has its connection
+  closed by the server (code 1000, reason ``idle``), which ends it so; openenv's own idle
+  reaper, which freed the slot and closed the env under a connection that went on (the next
+  ``reset`` made an env nobody closed), is off.
+* HTTP request bodies up to :data:`MAX_BODY_BYTES`, counted as they stream in (chunked ones
+  too): a longer one is answered 413 and no more of it is read. ``POST /reset`` makes a
+  transient env outside the sessions, at most 32 at once (openenv's thread pool).
+* WebSocket messages up to uvicorn's 16 MiB; no step deadline (the client's
+  ``message_timeout_s``, 60 s by default, gives up on a step; the env's step goes on).
 """
 
 from __future__ import annotations
@@ -68,7 +85,7 @@ from agentgym._version import __version__
 from agentgym.registry import UnknownEnvError, manifest, require_single
 from agentgym.server.auth import NoBrowsers, is_loopback
 from agentgym.server.jsonsafe import to_jsonable
-from agentgym.server.serve import HEAD_TIMEOUT_S, serve_app
+from agentgym.server.serve import RequestTimeouts, serve_app
 
 __all__ = [
     "OpenEnvEnvironment",
@@ -255,7 +272,7 @@ def serve(
     idle_timeout_s: float | None = 600.0,
     ready_file: str | None = None,
     log_level: str = "warning",
-    head_timeout_s: float = HEAD_TIMEOUT_S,
+    timeouts: RequestTimeouts = RequestTimeouts(),
 ) -> None:
     """Serve :func:`create_app` until SIGTERM/SIGINT (blocking), with the readiness line, ready
     file, request-head bounds and graceful shutdown of
@@ -271,4 +288,4 @@ def serve(
         app = create_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     except (UnknownEnvError, TypeError, ValueError) as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
-    serve_app(app, host, port, ready_file=ready_file, log_level=log_level, head_timeout_s=head_timeout_s)
+    serve_app(app, host, port, ready_file=ready_file, log_level=log_level, timeouts=timeouts)

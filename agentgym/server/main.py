@@ -4,7 +4,7 @@
         [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576] [--step-timeout 600]
         [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
         [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH]
-        [--head-timeout 10] [--log-level warning]
+        [--head-timeout 10] [--body-timeout 60] [--log-level warning]
 
 ``python -m agentgym.server`` starts faster than ``agentgym serve`` (it skips the CLI's other
 imports); both take the same options.
@@ -111,6 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "request is answered 408 and the connection closed (default %(default)s)",
     )
     parser.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=60.0,
+        metavar="S",
+        help="seconds a request has to send its body once its headers are in; past it the "
+        "request is answered 408 and the connection closed (default %(default)s)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
 
@@ -129,7 +137,7 @@ def _seconds(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     """Serve with the parsed options until SIGTERM/SIGINT."""
     from agentgym.server.app import ServerConfig
-    from agentgym.server.serve import serve
+    from agentgym.server.serve import RequestTimeouts, serve
 
     try:
         ServerConfig(
@@ -155,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         ready_file=args.ready_file,
         log_level=args.log_level,
-        head_timeout_s=args.head_timeout,
+        timeouts=RequestTimeouts(args.head_timeout, args.body_timeout),
     )
     return 0
 

@@ -22,6 +22,7 @@ import os
 import socket
 import stat
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from agentgym.files import atomic_write
 from agentgym.server.app import ServerConfig, create_app
 from agentgym.server.auth import TOKEN_ENV, is_loopback, server_token
 
-__all__ = ["serve", "serve_app", "uvicorn_server"]
+__all__ = ["RequestTimeouts", "serve", "serve_app", "uvicorn_server"]
 
 #: Seconds a graceful shutdown waits for calls in flight before closing the envs anyway.
 GRACEFUL_SHUTDOWN_S = 10
@@ -42,10 +43,23 @@ KEEP_ALIVE_S = 75
 #: Most bytes a request line and headers may take (counted with any body bytes that arrive in
 #: the same reads); a request whose head runs past it is answered 400 and its connection closed.
 MAX_HEAD_BYTES = 1 << 20
-#: Seconds a connection has to send a request's line and headers, from when it opens and, kept
-#: alive, from the first byte of each later request; past it the request is answered 408 and
-#: its connection closed.
-HEAD_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RequestTimeouts:
+    """How long a client may take to send a request; past either time the request is answered
+    408 (unless its answer has begun) and its connection closed."""
+
+    head_s: float = 10.0
+    """Seconds for a request line and headers, from when the connection opens and, kept
+    alive, from the first byte of each later request."""
+    body_s: float = 60.0
+    """Seconds from the end of a head to the end of its body; time in which the server is not
+    reading (busy with the request before it on the connection) does not count."""
+
+    def __post_init__(self) -> None:
+        if not (self.head_s > 0 and self.body_s > 0):
+            raise ValueError(f"request timeouts must be > 0 seconds, got {self}")
 
 
 class _Server(uvicorn.Server):
@@ -79,25 +93,23 @@ def uvicorn_server(
     app: Any,
     *,
     log_level: str = "warning",
-    head_timeout_s: float = HEAD_TIMEOUT_S,
+    timeouts: RequestTimeouts = RequestTimeouts(),
     on_ready: Callable[[], None] | None = None,
     on_stopped: Callable[[], None] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server of ``app`` as every agentgym server runs: no access log, lifespan
-    events, a listen backlog of 4096, request heads bounded to :data:`MAX_HEAD_BYTES` and
-    ``head_timeout_s``, idle keep-alive connections closed after :data:`KEEP_ALIVE_S`, a
+    events, a listen backlog of 4096, request heads bounded to :data:`MAX_HEAD_BYTES`, requests
+    to ``timeouts``, idle keep-alive connections closed after :data:`KEEP_ALIVE_S`, a
     graceful shutdown of at most :data:`GRACEFUL_SHUTDOWN_S`, no ``Server``/``Date`` headers.
     It calls ``on_ready`` once it accepts connections and ``on_stopped`` once it has shut down.
     Serve with ``server.run(sockets=[sock])`` on a socket bound beforehand (so that its port is
     known)."""
-    if not head_timeout_s > 0:
-        raise ValueError(f"head_timeout_s must be > 0, got {head_timeout_s}")
     config = uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        http=_http_protocol(head_timeout_s),
+        http=_http_protocol(timeouts),
         backlog=4096,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
@@ -107,32 +119,35 @@ def uvicorn_server(
     return _Server(config, on_ready, on_stopped)
 
 
-def _http_protocol(head_timeout_s: float) -> type:
-    """uvicorn's httptools protocol with each request head bounded in size and in time.
+def _http_protocol(timeouts: RequestTimeouts) -> type:
+    """uvicorn's httptools protocol with each request bounded in size and in time.
 
-    - Size: a request line and headers past :data:`MAX_HEAD_BYTES` are answered 400 and the
-      connection closed. httptools alone buffers them without bound, before the token is
+    - Head size: a request line and headers past :data:`MAX_HEAD_BYTES` are answered 400 and
+      the connection closed. httptools alone buffers them without bound, before the token is
       checked: a 100 MB header cost a server 12 s of CPU and 250 MB.
-    - Time: a connection has ``head_timeout_s`` to send a whole head, counted from when it
-      opens and, on a kept-alive connection, from the first byte of each later request; past it
-      the request is answered 408 and the connection closed. uvicorn alone waits forever for a
-      connection that sends nothing or a byte at a time, each holding a file descriptor.
+    - Time: :class:`RequestTimeouts` for the head and for the body.
 
+    Past either time the request is answered 408 (unless its answer has begun) and the
+    connection closed. uvicorn alone waits forever for a connection that sends nothing, or a
+    byte at a time, each holding a file descriptor; and a body is often sent after its answer
+    (a 401 before the body is read), which kept the connection alive for as long as it came.
     (uvicorn's h11 protocol bounds a head's size itself but not its time, and would cost 40% of
     the steps a loaded server answers per second.)"""
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-    class BoundedHead(HttpToolsProtocol):
+    head_timeout_s, body_timeout_s = timeouts.head_s, timeouts.body_s
+
+    class BoundedRequest(HttpToolsProtocol):
         _head_bytes = 0
         _in_body = False
-        _head_timer: asyncio.TimerHandle | None = None
+        _timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
+            self._start_timer(head_timeout_s, self._head_too_slow)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._stop_head_timer()
+            self._stop_timer()
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
@@ -144,28 +159,45 @@ def _http_protocol(head_timeout_s: float) -> type:
             super().data_received(data)
 
         def on_message_begin(self) -> None:  # the parser met a request's first byte
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(head_timeout_s, self._head_too_slow)
+            if self._timer is None:
+                self._start_timer(head_timeout_s, self._head_too_slow)
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
             self._in_body, self._head_bytes = True, 0
-            self._stop_head_timer()
+            self._start_timer(body_timeout_s, self._body_too_slow)
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
             self._in_body = False
+            self._stop_timer()
             super().on_message_complete()
 
-        def _stop_head_timer(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+        def _start_timer(self, seconds: float, callback: Callable[[], None]) -> None:
+            self._stop_timer()
+            self._timer = self.loop.call_later(seconds, callback)
+
+        def _stop_timer(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
 
         def _head_too_slow(self) -> None:
-            self._head_timer = None
-            if not self.transport.is_closing():
-                msg = f"Request head not received within {head_timeout_s:g} s.".encode()
+            self._timer = None
+            self._time_out(f"Request head not received within {head_timeout_s:g} s.")
+
+        def _body_too_slow(self) -> None:
+            self._timer = None
+            if self.flow.read_paused:  # the server is not reading: no delay of the client's
+                self._start_timer(body_timeout_s, self._body_too_slow)
+            else:
+                self._time_out(f"Request body not received within {body_timeout_s:g} s.")
+
+        def _time_out(self, message: str) -> None:
+            if self.transport.is_closing():
+                return
+            if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
+                msg = message.encode()
                 self.transport.write(
                     STATUS_LINE[408]
                     + b"content-type: text/plain; charset=utf-8\r\ncontent-length: "
@@ -173,9 +205,9 @@ def _http_protocol(head_timeout_s: float) -> type:
                     + b"\r\nconnection: close\r\n\r\n"
                     + msg
                 )
-                self.transport.close()
+            self.transport.close()
 
-    return BoundedHead
+    return BoundedRequest
 
 
 def serve(
@@ -194,7 +226,7 @@ def serve(
     token: str | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
-    head_timeout_s: float = HEAD_TIMEOUT_S,
+    timeouts: RequestTimeouts = RequestTimeouts(),
 ) -> None:
     """Serve env sessions until SIGTERM/SIGINT (blocking).
 
@@ -210,9 +242,7 @@ def serve(
             address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
         log_level: uvicorn's log level (access logs are off).
-        head_timeout_s: seconds a connection has to send a request's line and headers (from
-            when it opens and, kept alive, from the first byte of each later request); past it
-            the request is answered 408 and the connection closed.
+        timeouts: how long a client may take to send a request's head and its body.
     """
     config = ServerConfig(
         max_sessions=max_sessions,
@@ -237,7 +267,7 @@ def serve(
         uds=uds,
         ready_file=ready_file,
         log_level=log_level,
-        head_timeout_s=head_timeout_s,
+        timeouts=timeouts,
     )
 
 
@@ -249,7 +279,7 @@ def serve_app(
     uds: str | os.PathLike[str] | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
-    head_timeout_s: float = HEAD_TIMEOUT_S,
+    timeouts: RequestTimeouts = RequestTimeouts(),
 ) -> None:
     """Serve any ASGI ``app`` with the readiness and shutdown contract of the module documentation
     (blocking); arguments as for :func:`serve`. The retrieval service uses it too. A Unix socket
@@ -266,7 +296,7 @@ def serve_app(
     server = uvicorn_server(
         app,
         log_level=log_level,
-        head_timeout_s=head_timeout_s,
+        timeouts=timeouts,
         on_ready=lambda: _announce(_ready_info(sock, host, uds), ready_file),
         on_stopped=release,
     )

@@ -177,6 +177,34 @@ def test_a_connection_that_never_finishes_its_request_head_is_closed(start_serve
     assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
 
 
+def test_a_request_that_never_finishes_its_body_is_closed(start_server):
+    """A request has ``--body-timeout`` seconds from the end of its head to the end of its body:
+    one that stops sending (with the token), and one refused 401 before its body is read that
+    goes on sending a byte at a time (without it), are closed, the first answered 408; the
+    server serves on. (uvicorn alone kept both connections for as long as they were open.)"""
+    server = start_server(token=TOKEN, extra_args=["--body-timeout", "1"])
+    url = httpx.URL(server.url)
+    head = b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+    stalled, trickle = (socket.create_connection((url.host, url.port), timeout=30) for _ in range(2))
+    stalled.sendall(head + f"Authorization: Bearer {TOKEN}\r\n\r\n{{".encode())
+    trickle.sendall(head + b"\r\n")
+    assert _answer(trickle).startswith(b"HTTP/1.1 401")
+    for _ in range(99):  # a byte each 0.2 s, until closed: the whole body would take 20 s
+        if select.select([trickle], [], [], 0.2)[0]:
+            break
+        trickle.send(b" ")
+    with stalled, trickle:
+        answer = _answer(stalled)
+        assert answer.startswith(b"HTTP/1.1 408") and b"body not received within 1 s" in answer, answer
+        assert _closed(stalled)
+        rest = b""
+        with contextlib.suppress(ConnectionResetError):
+            while data := trickle.recv(65536):
+                rest += data
+        assert rest == b"" or rest.startswith(b"HTTP/1.1 408"), rest  # then closed
+    assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
+
+
 def test_websocket_handshakes_without_the_token_are_refused():
     """The token guards WebSocket handshakes as it guards HTTP requests (the env server has no
     WebSocket route; an app that :class:`BearerAuth` wraps may)."""

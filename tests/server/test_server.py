@@ -622,10 +622,11 @@ def test_unix_socket_server(tmp_path):
     assert not alive(server.pid) and not Path(server.uds).exists()
 
 
+@pytest.mark.parametrize("flag", ["--head-timeout", "--body-timeout"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "ten"])
-def test_a_head_timeout_that_is_not_seconds_is_refused(value, capsys):
+def test_a_request_timeout_that_is_not_seconds_is_refused(flag, value, capsys):
     with pytest.raises(SystemExit) as refused:
-        server_main(["--head-timeout", value, "--port", "0"])
+        server_main([flag, value, "--port", "0"])
     assert refused.value.code == 2
     assert f"seconds must be a number > 0, got {value!r}" in capsys.readouterr().err
 
