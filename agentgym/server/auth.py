@@ -21,7 +21,15 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["TOKEN_ENV", "BearerAuth", "NoBrowsers", "auth_headers", "is_loopback", "server_token"]
+__all__ = [
+    "TOKEN_ENV",
+    "BearerAuth",
+    "NoBrowsers",
+    "auth_headers",
+    "check_bind",
+    "is_loopback",
+    "server_token",
+]
 
 #: The environment variable that holds the token, on both sides.
 TOKEN_ENV = "AGENTGYM_SERVER_TOKEN"
@@ -51,6 +59,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_bind(program: str, host: str, uds: object, token: str | None) -> None:
+    """Refuse (``SystemExit`` naming ``program``) to serve on a TCP address that is not
+    loopback without a token; a Unix socket (``uds`` not ``None``) needs none."""
+    if uds is None and not is_loopback(host) and not token:
+        raise SystemExit(
+            f"{program}: binding {host} lets other machines in; give a token "
+            f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket"
+        )
 
 
 async def _answer_json(send: _Send, status: int, body: bytes, *headers: tuple[bytes, bytes]) -> None:

@@ -30,7 +30,7 @@ import uvicorn
 
 from agentgym.files import atomic_write
 from agentgym.server.app import ServerConfig, create_app
-from agentgym.server.auth import TOKEN_ENV, is_loopback, server_token
+from agentgym.server.auth import check_bind, server_token
 
 __all__ = ["RequestTimeouts", "serve", "serve_app", "uvicorn_server"]
 
@@ -255,11 +255,7 @@ def serve(
         data_root=None if data_root is None else Path(data_root),
         token=server_token(token),
     )
-    if uds is None and not is_loopback(host) and config.token is None:
-        raise SystemExit(
-            f"agentgym serve: binding {host} lets other machines in; give a token "
-            f"(--token or ${TOKEN_ENV}) or bind 127.0.0.1 or a Unix socket"
-        )
+    check_bind("agentgym serve", host, uds, config.token)
     serve_app(
         create_app(config),
         host,

@@ -2,6 +2,7 @@
 
     python -m agentgym.envs.search.service INDEX_DIR [--host 127.0.0.1] [--port 8100 | --uds PATH]
         [--retrieval bm25|dense|hybrid] [--encoder MODEL_DIR] [--search auto|exact|faiss]
+        [--token TOKEN]
 
 It serves every retrieval the index has (:mod:`~agentgym.envs.search.retrieval`): BM25 always;
 dense and hybrid when the index has a dense part, whose queries it embeds with ``--encoder``
@@ -14,8 +15,9 @@ API (JSON):
   ``{"results": [[{"id", "title", "text", "score"}, ...], ...]}``, one ranked list per query,
   exactly what the retriever's ``search`` returns in-process (``retrieval`` is optional).
   A bad request (wrong types, a query over ``MAX_QUERY_CHARS``, more than ``MAX_BATCH`` queries,
-  an unknown retrieval or one the index lacks) gets 400 ``{"error": "..."}``; a body over
-  ``MAX_BODY_BYTES`` gets 413.
+  ``k`` over :data:`MAX_TOPK`, more than :data:`MAX_HITS` passages asked for in all, an unknown
+  retrieval or one the index lacks) gets 400 ``{"error": "..."}``; a body over
+  ``MAX_BODY_BYTES`` (declared or streamed) gets 413.
 - ``POST /search-r1/retrieve``: the same search in the API of Search-R1's retrieval server
   (``search_r1/search/retrieval_server.py``), so its and verl-agent's training code can use this
   service (``retriever.url=http://HOST:PORT/search-r1/retrieve``). The request is
@@ -32,6 +34,13 @@ API (JSON):
   :data:`MAX_TOPK`, a key other than these, and the limits of ``/retrieve``.
 - ``GET /health`` -> ``{"passages": N, "retrievals": [...], "default": "bm25"}``.
 
+Clients are kept as the env server keeps them (:mod:`agentgym.server.auth`): a request from a
+browser (an ``Origin`` header) is answered 403; with a token (``--token`` or
+``$AGENTGYM_SERVER_TOKEN``, needed to bind an address that is not loopback) every request
+carries ``Authorization: Bearer <token>`` or is answered 401; request heads and bodies are
+bounded in size and time (:func:`agentgym.server.serve.serve_app`). Searches, and the
+encoding of their answers, run in worker threads, off the event loop.
+
 Readiness and shutdown follow the env server (``agentgym.server.serve``): one ``agentgym serve:
 ready {...}`` line on stdout once it accepts connections; SIGTERM/SIGINT stop it. In a sandbox,
 serve on ``--uds $AGENTGYM_SOCKET_DIR/<name>.sock`` and connect with
@@ -41,8 +50,8 @@ serve on ``--uds $AGENTGYM_SOCKET_DIR/<name>.sock`` and connect with
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -52,10 +61,12 @@ from agentgym.envs.search.dense import SEARCHES, DenseIndex
 from agentgym.envs.search.index import BM25Index, Hit, Retriever, check_queries
 from agentgym.envs.search.retrieval import RETRIEVALS, HybridRetriever, check_retrieval
 from agentgym.http import http_client
+from agentgym.server.auth import TOKEN_ENV, auth_headers, check_bind, server_token
 
 __all__ = [
     "MAX_BATCH",
     "MAX_BODY_BYTES",
+    "MAX_HITS",
     "MAX_TOPK",
     "SEARCH_R1_TOPK",
     "RetrieverClient",
@@ -67,19 +78,27 @@ __all__ = [
 MAX_BATCH = 1024
 MAX_BODY_BYTES = 8 << 20
 MAX_TOPK = 1000
-"""Most passages one query may ask ``/search-r1/retrieve`` for."""
+"""Most passages one query may ask for (``k``, ``topk``)."""
+MAX_HITS = 32768
+"""Most passages one request may ask for in all (queries times ``k``): 32 per query of a full
+batch. An answer is then tens of MB at most."""
 SEARCH_R1_TOPK = 3
 """Passages per query when a Search-R1 request gives no ``topk`` (its server's ``--topk``)."""
 _SEARCH_R1_KEYS = frozenset({"queries", "query", "topk", "return_scores", "retrieval"})
 
 
-def _check_batch(queries: list[str]) -> None:
+def _check_size(queries: list[str], k: int) -> None:
+    """``ValueError`` for a request past :data:`MAX_BATCH`, :data:`MAX_TOPK` or
+    :data:`MAX_HITS`."""
     if len(queries) > MAX_BATCH:
         raise ValueError(f"{len(queries)} queries in one request; the limit is {MAX_BATCH}")
-
-
-class _BodyTooLarge(ValueError):
-    """A request body over :data:`MAX_BODY_BYTES` (answered with 413, not 400)."""
+    if k > MAX_TOPK:
+        raise ValueError(f"k is {k}; the limit is {MAX_TOPK} passages per query")
+    if len(queries) * k > MAX_HITS:
+        raise ValueError(
+            f"{len(queries)} queries of {k} passages ask for {len(queries) * k}; the limit is "
+            f"{MAX_HITS} per request: ask for fewer, or split the batch"
+        )
 
 
 def _search_r1_request(payload: dict[str, Any]) -> tuple[list[str], int, bool]:
@@ -129,66 +148,65 @@ def _pick(retrievers: Mapping[str, Retriever], default: str, payload: dict[str, 
     return retrievers[name]
 
 
-def create_app(retrievers: Mapping[str, Retriever], num_passages: int, default: str = "bm25") -> Any:
+def create_app(
+    retrievers: Mapping[str, Retriever], num_passages: int, default: str = "bm25", *, token: str | None = None
+) -> Any:
     """A Starlette app serving ``retrievers`` (by retrieval name; a request that names none gets
-    ``default``). Searches run in worker threads."""
+    ``default``), refusing browsers, and requests without ``token`` when one is given."""
     _pick(retrievers, default, {})  # refuses a default that is not served
     from starlette.applications import Starlette
     from starlette.concurrency import run_in_threadpool
-    from starlette.requests import Request
-    from starlette.responses import JSONResponse
+    from starlette.requests import ClientDisconnect, Request
+    from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    def refusal(exc: ValueError | TypeError) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=413 if isinstance(exc, _BodyTooLarge) else 400)
+    from agentgym.server.auth import BearerAuth, NoBrowsers
+    from agentgym.server.bodies import read_object
+    from agentgym.server.errors import ApiError
 
-    async def read_object(request: Request, shape: str) -> dict[str, Any]:
-        """The request's JSON object: :class:`_BodyTooLarge` (413) for a body over the limit,
-        ``ValueError``/``TypeError`` (400) for one that is not JSON or not an object."""
-        if int(request.headers.get("content-length") or 0) > MAX_BODY_BYTES:
-            raise _BodyTooLarge(f"request body over {MAX_BODY_BYTES} bytes")
-        body = await request.body()
-        if len(body) > MAX_BODY_BYTES:
-            raise _BodyTooLarge(f"request body over {MAX_BODY_BYTES} bytes")
-        payload = json.loads(body)  # JSONDecodeError is a ValueError
-        if not isinstance(payload, dict):
-            raise TypeError(f"the body must be a JSON object {shape}")
-        return payload
-
-    async def retrieve(request: Request) -> JSONResponse:
+    async def answer(request: Request, parse: Callable[[dict[str, Any]], Callable[[], Any]]) -> Response:
+        """``parse`` the request's JSON object into the search that answers it, then run that,
+        and the encoding of its answer, in a worker thread; a bad request is answered
+        ``{"error": "..."}``."""
         try:
-            payload = await read_object(request, '{"queries": [...], "k": N}')
-            queries, k = payload.get("queries"), payload.get("k", 10)
-            check_queries(queries, k)
-            assert queries is not None  # check_queries raised otherwise
-            _check_batch(queries)
-            retriever = _pick(retrievers, default, payload)
+            search = parse(await read_object(request, MAX_BODY_BYTES))
+        except ApiError as exc:
+            return JSONResponse({"error": exc.detail}, status_code=400 if exc.status == 422 else exc.status)
         except (ValueError, TypeError) as exc:
-            return refusal(exc)
-        results = await run_in_threadpool(retriever.search, queries, k)
-        return JSONResponse({"results": [[asdict(h) for h in hits] for hits in results]})
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        except ClientDisconnect:  # nobody reads an answer
+            return Response(status_code=400)
+        return await run_in_threadpool(lambda: JSONResponse(search()))
 
-    async def retrieve_search_r1(request: Request) -> JSONResponse:
-        try:
-            payload = await read_object(request, '{"queries": [...], "topk": N, "return_scores": B}')
-            queries, topk, with_scores = _search_r1_request(payload)
-            _check_batch(queries)
-            retriever = _pick(retrievers, default, payload)
-        except (ValueError, TypeError) as exc:
-            return refusal(exc)
-        results = await run_in_threadpool(retriever.search, queries, topk)
-        return JSONResponse({"result": [[_search_r1_item(h, with_scores) for h in hits] for hits in results]})
+    def retrieve(payload: dict[str, Any]) -> Callable[[], Any]:
+        queries, k = payload.get("queries"), payload.get("k", 10)
+        check_queries(queries, k)
+        assert queries is not None  # check_queries raised otherwise
+        _check_size(queries, k)
+        retriever = _pick(retrievers, default, payload)
+        return lambda: {"results": [[asdict(h) for h in hits] for hits in retriever.search(queries, k)]}
+
+    def retrieve_search_r1(payload: dict[str, Any]) -> Callable[[], Any]:
+        queries, topk, with_scores = _search_r1_request(payload)
+        _check_size(queries, topk)
+        retriever = _pick(retrievers, default, payload)
+        return lambda: {
+            "result": [
+                [_search_r1_item(h, with_scores) for h in hits] for hits in retriever.search(queries, topk)
+            ]
+        }
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"passages": num_passages, "retrievals": list(retrievers), "default": default})
 
-    return Starlette(
+    app: Any = Starlette(
         routes=[
-            Route("/retrieve", retrieve, methods=["POST"]),
-            Route("/search-r1/retrieve", retrieve_search_r1, methods=["POST"]),
-            Route("/health", health, methods=["GET"]),
+            Route(path, functools.partial(answer, parse=parse), methods=["POST"])
+            for path, parse in (("/retrieve", retrieve), ("/search-r1/retrieve", retrieve_search_r1))
         ]
+        + [Route("/health", health, methods=["GET"])]
     )
+    return NoBrowsers(BearerAuth(app, token) if token else app)
 
 
 class RetrieverClient:
@@ -200,14 +218,23 @@ class RetrieverClient:
     naming the endpoint when it cannot be reached. A copy or a pickle is a new client of the
     same service (with a connection pool of its own)."""
 
-    def __init__(self, endpoint: str, *, retrieval: str | None = None, timeout_s: float = 30.0):
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        retrieval: str | None = None,
+        timeout_s: float = 30.0,
+        token: str | None = None,
+    ):
         self.endpoint, self.retrieval, self.timeout_s = endpoint, retrieval, timeout_s
         if retrieval is not None:
             check_retrieval(retrieval)
-        self._client = http_client(endpoint, timeout=timeout_s, trust_env=False)
+        self._token = token
+        headers = auth_headers(server_token(token))
+        self._client = http_client(endpoint, timeout=timeout_s, trust_env=False, headers=headers)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_client, (self.endpoint, self.retrieval, self.timeout_s))
+        return (_client, (self.endpoint, self.retrieval, self.timeout_s, self._token))
 
     def search(self, queries: Sequence[str], k: int = 10) -> list[list[Hit]]:
         check_queries(queries, k)
@@ -218,7 +245,7 @@ class RetrieverClient:
             response = self._client.post("/retrieve", json=request)
         except httpx.TransportError as exc:
             raise ConnectionError(f"retrieval service {self.endpoint} unreachable: {exc}") from exc
-        if response.status_code in (400, 413):
+        if response.status_code in (400, 401, 413):
             raise ValueError(
                 f"retrieval service refused the request: {response.json().get('error', response.text)}"
             )
@@ -238,9 +265,9 @@ class RetrieverClient:
         self.close()
 
 
-def _client(endpoint: str, retrieval: str | None, timeout_s: float) -> RetrieverClient:
+def _client(endpoint: str, retrieval: str | None, timeout_s: float, token: str | None) -> RetrieverClient:
     """Unpickles a :class:`RetrieverClient`."""
-    return RetrieverClient(endpoint, retrieval=retrieval, timeout_s=timeout_s)
+    return RetrieverClient(endpoint, retrieval=retrieval, timeout_s=timeout_s, token=token)
 
 
 def load_retrievers(
@@ -271,12 +298,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8100, help="0 picks a free port")
     parser.add_argument("--uds", metavar="PATH", default=None, help="serve on this Unix socket")
+    parser.add_argument(
+        "--token",
+        default=None,
+        help=f"bearer token every request must carry (default ${TOKEN_ENV}; needed to bind a "
+        "non-loopback address)",
+    )
     parser.add_argument("--ready-file", metavar="PATH", default=None)
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
+    token = server_token(args.token)
+    check_bind("retrieval service", args.host, args.uds, token)
     try:
         retrievers, passages = load_retrievers(args.index, encoder=args.encoder, search=args.search)
-        app = create_app(retrievers, passages, args.retrieval)
+        app = create_app(retrievers, passages, args.retrieval, token=token)
     except (FileNotFoundError, ValueError, ImportError) as exc:
         raise SystemExit(f"retrieval service: {exc}") from None
     serve_app(

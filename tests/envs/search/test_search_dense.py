@@ -432,7 +432,7 @@ def test_the_service_refuses_a_10_mb_query(service):
     body = json.dumps({"queries": [TEN_MB_QUERY], "retrieval": "dense"}).encode()
     assert len(body) > MAX_BODY_BYTES
     response = httpx.post(service + "/retrieve", content=body)
-    assert response.status_code == 413 and f"over {MAX_BODY_BYTES} bytes" in response.json()["error"]
+    assert response.status_code == 413 and f"the limit is {MAX_BODY_BYTES}" in response.json()["error"]
 
 
 def test_a_service_without_a_dense_part_says_so(bm25_only):
