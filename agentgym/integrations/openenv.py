@@ -43,23 +43,26 @@ clients cannot reach one). Requests and WebSocket handshakes that carry an ``Ori
 which browsers send and openenv's clients do not, are refused (403), so that a web page open in
 a local browser cannot drive the server. Bounds:
 
-* ``max_sessions`` sessions, hence live session envs, at once: a session is a ``/ws``
-  connection and nothing else, and its slot is freed only when the connection has ended and
-  its env is closed. A session idle for ``idle_timeout_s`` (no message) has its connection
-  closed by the server (code 1000, reason ``idle``), which ends it so; openenv's own idle
-  reaper, which freed the slot and closed the env under a connection that went on (the next
-  ``reset`` made an env nobody closed), is off.
+* ``max_sessions`` sessions, hence session envs, at once: a session is a ``/ws`` connection and
+  nothing else, and its slot is freed only once the connection has ended and its env is
+  closed. After ``idle_timeout_s`` without a message the server closes the connection (code
+  1000, reason ``idle``), which ends the session. (openenv's own idle reaper, off here, freed
+  the slot and closed the env under a connection that went on, whose next ``reset`` made an
+  env nobody closed.)
 * HTTP request bodies up to :data:`MAX_BODY_BYTES`, counted as they stream in (chunked ones
-  too): a longer one is answered 413 and no more of it is read. ``POST /reset`` makes a
-  transient env outside the sessions, at most 32 at once (openenv's thread pool).
+  too): a longer one is answered 413 and its connection closed, the rest of it unread.
+  ``POST /reset`` makes a transient env outside the sessions, at most 32 at once (openenv's
+  thread pool).
 * WebSocket messages up to uvicorn's 16 MiB; no step deadline (the client's
   ``message_timeout_s``, 60 s by default, gives up on a step; the env's step goes on).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -76,8 +79,9 @@ from openenv.core.env_server import (
     State,
     create_fastapi_app,
 )
-from openenv.core.env_server.types import EnvironmentMetadata
+from openenv.core.env_server.types import EnvironmentMetadata, WSErrorCode, WSErrorResponse
 from pydantic import Field
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 import agentgym
@@ -88,6 +92,7 @@ from agentgym.server.jsonsafe import to_jsonable
 from agentgym.server.serve import RequestTimeouts, serve_app
 
 __all__ = [
+    "MAX_BODY_BYTES",
     "OpenEnvEnvironment",
     "TextAction",
     "TextEnvClient",
@@ -96,6 +101,16 @@ __all__ = [
     "create_app",
     "serve",
 ]
+
+#: Most bytes an HTTP request's body may take, counted as it streams in (also a chunked one,
+#: which declares no length); a longer one is answered 413 and its connection closed, the rest
+#: of it unread.
+MAX_BODY_BYTES = 1 << 20
+#: The HTTP routes served (any other is answered 404), and the WebSocket one, with the
+#: message types passed on to openenv (see the module doc).
+_HTTP_ROUTES = frozenset({"/reset", "/step", "/state", "/health", "/schema", "/metadata"})
+_WS_ROUTE = "/ws"
+_WS_MESSAGE_TYPES = ("reset", "step", "state", "close")
 
 
 class TextAction(Action):
@@ -217,6 +232,7 @@ class TextEnvClient(EnvClient[TextAction, TextObservation, TextState]):
 _Scope = dict[str, Any]
 _Receive = Callable[[], Awaitable[Any]]
 _Send = Callable[[Any], Awaitable[None]]
+_Asgi = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
 
 
 class _Quiet:
@@ -224,12 +240,109 @@ class _Quiet:
     quietly (openenv then closes the socket again, which Starlette raises as
     ``WebSocketDisconnect`` and uvicorn would log as an error), once its env is closed."""
 
-    def __init__(self, app: Callable[[_Scope, _Receive, _Send], Awaitable[None]]):
+    def __init__(self, app: _Asgi):
         self.app = app
 
     async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         with contextlib.suppress(WebSocketDisconnect):
             await self.app(scope, receive, send)
+
+
+class _Served:
+    """ASGI middleware in front of openenv's app that serves only what the module doc lists:
+
+    * HTTP: a path not in ``_HTTP_ROUTES`` is answered 404; a body is read whole, up to
+      :data:`MAX_BODY_BYTES` (a longer one is answered 413 and its connection closed, the rest
+      unread), before ``app`` gets it.
+    * WebSocket: a path other than ``/ws`` is closed before it is accepted (uvicorn answers
+      the handshake 403). On ``/ws``, a JSON object message whose ``type`` is not one of
+      ``_WS_MESSAGE_TYPES`` is answered an ``UNKNOWN_TYPE`` error and not passed on; after
+      ``idle_timeout_s`` without a message (``None``: never) the connection is closed (code
+      1000, reason ``idle``) and ``app`` told that the client left, so that it ends the
+      session and closes its env.
+    """
+
+    def __init__(self, app: _Asgi, idle_timeout_s: float | None):
+        self.app = app
+        self.idle_timeout_s = idle_timeout_s
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        else:  # lifespan
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["path"] not in _HTTP_ROUTES:
+            await JSONResponse({"detail": "Not Found"}, 404)(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_BODY_BYTES:
+                detail = f"the request body exceeds {MAX_BODY_BYTES} bytes"
+                closing = {"connection": "close"}  # uvicorn then reads no more of it
+                await JSONResponse({"detail": detail}, 413, closing)(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        pending = [{"type": "http.request", "body": b"".join(chunks), "more_body": False}]
+
+        async def replay() -> Any:
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _websocket(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["path"] != _WS_ROUTE:
+            await send({"type": "websocket.close", "code": 1008, "reason": ""})
+            return
+        closed = False
+
+        async def receive_served() -> Any:
+            nonlocal closed
+            while True:
+                try:
+                    message = await asyncio.wait_for(receive(), self.idle_timeout_s)
+                except TimeoutError:
+                    closed = True
+                    await send({"type": "websocket.close", "code": 1000, "reason": "idle"})
+                    return {"type": "websocket.disconnect", "code": 1000}
+                refusal = _refusal(message)
+                if refusal is None:
+                    return message
+                await send({"type": "websocket.send", "text": refusal})
+
+        async def send_served(message: Any) -> None:
+            if not closed:  # openenv closes the socket again once it has ended the session
+                await send(message)
+
+        await self.app(scope, receive_served, send_served)
+
+
+def _refusal(message: Mapping[str, Any]) -> str | None:
+    """The error answer to a ``/ws`` message that is a JSON object of a type not served, else
+    ``None`` (openenv answers anything else, also JSON it cannot parse)."""
+    text = message.get("text") if message["type"] == "websocket.receive" else None
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or value.get("type") in _WS_MESSAGE_TYPES:
+        return None
+    error = {
+        "message": f"unknown message type {value.get('type')!r}; served: {', '.join(_WS_MESSAGE_TYPES)}",
+        "code": WSErrorCode.UNKNOWN_TYPE,
+    }
+    return WSErrorResponse(data=error).model_dump_json()
 
 
 def create_app(
@@ -240,13 +353,17 @@ def create_app(
     idle_timeout_s: float | None = 600.0,
 ) -> Any:
     """openenv-core's app serving ``env_id`` (made with ``env_kwargs``) to openenv's clients,
-    behind a middleware that refuses browsers (see the module doc, also for the protocol).
+    behind middleware that refuses browsers and serves only the routes and messages of the
+    module doc, bounded as it says.
 
     One env is made and closed here, so that an unknown id
     (:class:`~agentgym.UnknownEnvError`) or bad kwargs (``TypeError``, ``ValueError``) fail now,
     not in every session. ``max_sessions``: WebSocket sessions at once (one more is refused);
-    ``idle_timeout_s``: a session without a message for that long is closed (``None``: never).
+    ``idle_timeout_s``: a session without a message for that long has its connection closed
+    (``None``: never; else it must be > 0, or ``ValueError``).
     """
+    if idle_timeout_s is not None and not idle_timeout_s > 0:
+        raise ValueError(f"idle_timeout_s must be > 0 seconds or None, got {idle_timeout_s}")
     require_single(env_id)
     env_kwargs = dict(env_kwargs or {})
     agentgym.make(env_id, **env_kwargs).close()
@@ -255,11 +372,10 @@ def create_app(
         functools.partial(OpenEnvEnvironment, env_id, env_kwargs),
         TextAction,
         TextObservation,
-        concurrency_config=ConcurrencyConfig(
-            max_concurrent_envs=max_sessions, session_timeout=idle_timeout_s
-        ),
+        # no session_timeout: openenv's reaper would free a slot under a live connection
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=max_sessions),
     )
-    return NoBrowsers(_Quiet(app))
+    return NoBrowsers(_Served(_Quiet(app), idle_timeout_s))
 
 
 def serve(
@@ -275,7 +391,7 @@ def serve(
     timeouts: RequestTimeouts = RequestTimeouts(),
 ) -> None:
     """Serve :func:`create_app` until SIGTERM/SIGINT (blocking), with the readiness line, ready
-    file, request-head bounds and graceful shutdown of
+    file, request bounds (``timeouts``) and graceful shutdown of
     :func:`agentgym.server.serve.serve_app` (``port=0`` binds a free port). A ``host`` that is
     not loopback, an unknown id and bad kwargs end the process (``SystemExit``) before anything
     is bound."""
