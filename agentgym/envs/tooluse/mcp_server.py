@@ -31,6 +31,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from agentgym.envs.tooluse.env import ToolUseEnv
+from agentgym.envs.tooluse.tools import MAX_ARGUMENT_CHARS
 from agentgym.seeding import SPLITS
 
 __all__ = ["ANSWER", "create_server", "find_task", "main"]
@@ -84,7 +85,13 @@ def create_server(env: ToolUseEnv) -> Server[Any]:
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = params.arguments or {}
         if params.name == "answer":
-            reply = f"<answer>{arguments.get('text', '')}</answer>"
+            text = arguments.get("text")
+            if set(arguments) != {"text"} or not isinstance(text, str) or len(text) > MAX_ARGUMENT_CHARS:
+                problem = f'answer takes {{"text": a string of at most {MAX_ARGUMENT_CHARS:,} characters}}'
+                return types.CallToolResult(
+                    content=[types.TextContent(text=f"Error: {problem}")], is_error=True
+                )
+            reply = f"<answer>{text}</answer>"
         else:
             reply = "<tool_call>" + json.dumps({"name": params.name, "arguments": arguments}) + "</tool_call>"
         observation, reward, _terminated, _, info = await anyio.to_thread.run_sync(env.step, reply)

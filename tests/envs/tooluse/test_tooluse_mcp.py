@@ -17,6 +17,7 @@ from agentgym.envs.tooluse.app_tasks import app_tasks
 from agentgym.envs.tooluse.data import DATABASE, data_tasks
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import _printed
+from agentgym.envs.tooluse.tools import MAX_ARGUMENT_CHARS
 
 # no process or dir may outlive a test
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -68,6 +69,11 @@ async def test_the_readme_task_serves_and_tool_errors_are_errors():
         )
         result = await session.call_tool("python", {"code": "raise SystemExit(3)"})
         assert not result.is_error and result.content[0].text.startswith("exit status: 3")  # code ran
+        for bad in ({}, {"text": 42}, {"text": "4", "more": 1}, {"text": "x" * (MAX_ARGUMENT_CHARS + 1)}):
+            result = await session.call_tool("answer", bad)  # refused, and the episode goes on
+            assert result.is_error and result.content[0].text.startswith('Error: answer takes {"text"')
+        result = await session.call_tool("sql", {"query": "SELECT 1 AS one", "database": DATABASE})
+        assert not result.is_error and result.content[0].text.startswith("one\n")
     deadline = time.monotonic() + 10
     while running_servers() and time.monotonic() < deadline:
         time.sleep(0.05)
