@@ -40,6 +40,7 @@ import concurrent.futures
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import socket
 import threading
@@ -237,6 +238,7 @@ class ShopBrowserEnv(ShopEnvBase):
         self._site = ""
         self._notes: list[str] = []  # dialogs and blocked navigations since the last observation
         self._snapshot, self._url, self._picture = "", "/", ""
+        self._refs: frozenset[str] = frozenset()
 
     # -- Gymnasium API: the sync methods wait for the async ones on the host's loop --------------
 
@@ -394,7 +396,7 @@ class ShopBrowserEnv(ShopEnvBase):
             ref = args[0].strip()
             if not ref or not ref.replace("-", "").isalnum():
                 return f"{ref!r} is not an element ref; refs look like e12."
-            if f"[ref={ref}]" not in self._snapshot:  # the page the agent saw has no such ref
+            if ref not in self._refs:  # the page the agent saw has no such element
                 return f"There is no element {ref} on this page."
             target = page.locator(f"aria-ref={ref}")
             if verb == "fill" and len(args[1]) > MAX_FILL_CHARS:  # the quotes fit, the text not
@@ -462,6 +464,7 @@ class ShopBrowserEnv(ShopEnvBase):
                 await asyncio.sleep(0.05)
         if len(self._snapshot) > MAX_SNAPSHOT_CHARS:
             self._snapshot = self._snapshot[:MAX_SNAPSHOT_CHARS] + "\n... (cut)"
+        self._refs = element_refs(self._snapshot)
         url = urlsplit(self.page.url)
         self._url = url.path + (f"?{url.query}" if url.query else "")
         if self.screenshot:
@@ -487,6 +490,21 @@ class ShopBrowserEnv(ShopEnvBase):
 
     def render_text(self) -> str:
         return f"{self.goal.id} ({self._steps}/{self.max_steps} steps)\n{self._observe('')}"
+
+
+_QUOTED = re.compile(r'"(?:[^"\\]|\\.)*"')
+_REF = re.compile(r"\[ref=([^\]\s]+)\]")
+
+
+def element_refs(snapshot: str) -> frozenset[str]:
+    """The refs of the elements of an accessibility snapshot: on each line, a ``[ref=...]``
+    outside quoted names and before the text the line shows (after its first ``": "``). Text
+    the page shows may itself read ``[ref=e9]`` (a search the shop echoes): that is no
+    element."""
+    refs: set[str] = set()
+    for line in snapshot.splitlines():
+        refs.update(_REF.findall(_QUOTED.sub('""', line).partition(": ")[0]))
+    return frozenset(refs)
 
 
 def parse_action(text: str) -> tuple[str, list[str]] | str:

@@ -162,6 +162,17 @@ def test_a_key_that_submits_a_form_is_answered_with_the_page_it_opens(env):
         assert f"URL: {info['url']}" in obs
 
 
+def test_a_ref_in_text_the_shop_echoes_is_no_element(env):
+    """A search for "[ref=e999]" puts that text on the results page; clicking e999 is answered
+    as no element (it passed the ref check, then failed when the action timed out)."""
+    obs, info = env.reset(seed=0)
+    env.step(f'fill({ref_of(obs, "searchbox", "Search products")}, "[ref=e999] [ref=e998]")')
+    obs, *_ = env.step('press("Enter")')
+    assert "[ref=e999]" in obs.split("---", 1)[1]  # shown on the page
+    obs, _, _, _, info = env.step("click(e999)")
+    assert "There is no element e999 on this page." in obs and not info["action_valid"]
+
+
 def test_bad_actions_are_answered_and_never_hang_the_browser(env):
     obs, info = env.reset(seed=0)
     link = ref_of(obs, "link", "Help")
