@@ -105,17 +105,19 @@ def serial_group(item: pytest.Item) -> str | None:
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Group the tests of :func:`serial_group` and order them: xdist (``--no-loadscope-reorder``)
-    hands out groups and single tests in this order, a worker taking the next one when it has
-    at most two tests left. The training group goes first (the longest, on one worker from the
-    start), then the ``slow`` tests, so that the long work starts at once instead of trailing at
-    the end. Among equally slow tests those that need Docker go last, so that a group runs its
-    other tests while ``.ci/run`` builds the images."""
+    hands out groups and single tests in this order (a group where its first test stands), a
+    worker taking the next one when it has at most two tests left. The training group goes
+    first (the longest, on one worker from the start), then the other groups (several minutes
+    each: handed out last, one of them kept a worker busy for minutes after the other was
+    done), then the ``slow`` tests, so that the long work starts at once and the end is many
+    short tests that even the workers out. Among equally slow tests those that need Docker go
+    last, so that a group runs its other tests while ``.ci/run`` builds the images."""
     for item in items:
         if (group := serial_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(
         key=lambda item: (
-            serial_group(item) != "training",
+            {"training": 0, None: 2}.get(serial_group(item), 1),
             item.get_closest_marker("slow") is None,
             item.get_closest_marker("docker") is not None,
         )
