@@ -61,7 +61,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(program: str, host: str, uds: object, token: str | None) -> None:
+def check_bind(program: str, host: str, uds: str | os.PathLike[str] | None, token: str | None) -> None:
     """Refuse (``SystemExit`` naming ``program``) to serve on a TCP address that is not
     loopback without a token; a Unix socket (``uds`` not ``None``) needs none."""
     if uds is None and not is_loopback(host) and not token:
