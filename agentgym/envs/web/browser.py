@@ -238,7 +238,6 @@ class ShopBrowserEnv(ShopEnvBase):
         self._site = ""
         self._notes: list[str] = []  # dialogs and blocked navigations since the last observation
         self._snapshot, self._url, self._picture = "", "/", ""
-        self._refs: frozenset[str] = frozenset()
 
     # -- Gymnasium API: the sync methods wait for the async ones on the host's loop --------------
 
@@ -396,7 +395,7 @@ class ShopBrowserEnv(ShopEnvBase):
             ref = args[0].strip()
             if not ref or not ref.replace("-", "").isalnum():
                 return f"{ref!r} is not an element ref; refs look like e12."
-            if ref not in self._refs:  # the page the agent saw has no such element
+            if ref not in element_refs(self._snapshot):  # the page the agent saw has no such element
                 return f"There is no element {ref} on this page."
             target = page.locator(f"aria-ref={ref}")
             if verb == "fill" and len(args[1]) > MAX_FILL_CHARS:  # the quotes fit, the text not
@@ -464,7 +463,6 @@ class ShopBrowserEnv(ShopEnvBase):
                 await asyncio.sleep(0.05)
         if len(self._snapshot) > MAX_SNAPSHOT_CHARS:
             self._snapshot = self._snapshot[:MAX_SNAPSHOT_CHARS] + "\n... (cut)"
-        self._refs = element_refs(self._snapshot)
         url = urlsplit(self.page.url)
         self._url = url.path + (f"?{url.query}" if url.query else "")
         if self.screenshot:
