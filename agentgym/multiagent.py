@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias, TypeVar
 
@@ -117,7 +117,7 @@ def default_prompter(family: str = "misc", **options: Any) -> WholeResponse:
 class Seat:
     """One agent of one game: how it asks its policy, its prompt history, and its episode.
 
-    ``submit`` sends one request to the seat's policy (a :meth:`RequestBatcher.submit`).
+    ``batcher`` sends the seat's requests to its policy (shared by every seat of that policy).
     Sampling seeds are :func:`~agentgym.rollout.request_seed` of (the task's seed, ``member``,
     the seat's turn), so ``member`` must differ between the seats of one game and between games
     of one group.
@@ -126,14 +126,14 @@ class Seat:
     def __init__(
         self,
         episode: Episode,
-        submit: Callable[[GenerationRequest], Awaitable[Generation]],
+        batcher: RequestBatcher,
         prompter: PrompterProtocol,
         sampling: SamplingParams,
         member: int,
         signals: Mapping[str, float] | None = None,
     ):
         self.episode = episode
-        self.submit = submit
+        self.batcher = batcher
         self.prompter = prompter
         self.sampling = sampling
         self.member = member
@@ -162,7 +162,7 @@ class Seat:
             session=self.episode.episode_id,
         )
         start = time.perf_counter()
-        generation = await self.submit(request)
+        generation = await self.batcher.submit(request)
         action = self.prompter.parse(generation.text, admissible)
         self._asked = (observation, info, generation, action, time.perf_counter() - start)
         return action or ""
@@ -176,7 +176,7 @@ class Seat:
             generated_turn(
                 generation,
                 action,
-                observation=observation,
+                observation=str(observation),  # not a str subclass, which the GC would track
                 reward=0.0,
                 state_key=asked_info.get("state_key"),
                 info=info,
@@ -227,11 +227,11 @@ class Batchers:
         self.timeout = timeout
         self._known: list[tuple[Policy, RequestBatcher]] = []
 
-    def submit(self, policy: Policy) -> Callable[[GenerationRequest], Awaitable[Generation]]:
-        """The ``submit`` of ``policy``'s batcher."""
+    def of(self, policy: Policy) -> RequestBatcher:
+        """``policy``'s batcher."""
         for known, batcher in self._known:
             if known is policy:
-                return batcher.submit
+                return batcher
         batcher = RequestBatcher(
             policy,
             getattr(policy, "max_batch_size", None),
@@ -239,7 +239,7 @@ class Batchers:
             self.timeout,
         )
         self._known.append((policy, batcher))
-        return batcher.submit
+        return batcher
 
     async def aclose(self) -> None:
         for _, batcher in self._known:
@@ -269,18 +269,23 @@ async def step_parallel(
     given: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], ...]:
     """One step of a parallel game: every seat whose agent must act (``action_required``) asks
-    its policy, concurrently; ``given`` adds actions decided elsewhere (agents without a seat).
-    Each seat's turn is recorded and its rewards credited; a finished seat's episode is closed.
-    Returns what ``env.step`` returned, with ``infos`` merged into the previous ones."""
+    its policy (seats of inline policies one after another, the others concurrently); ``given``
+    adds actions decided elsewhere (agents without a seat). Each seat's turn is recorded and its
+    rewards credited; a finished seat's episode is closed. Returns what ``env.step`` returned,
+    with ``infos`` merged into the previous ones."""
     given = dict(given or {})
     acting = [
         a for a in env.agents if a in seats and a not in given and infos[a].get("action_required", True)
     ]
-    actions = await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in acting))
+    answers = {a: await seats[a].act(observations[a], infos[a]) for a in acting if seats[a].batcher.inline}
+    waiting = [a for a in acting if a not in answers]
+    if waiting:
+        answers.update(
+            zip(waiting, await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in waiting)))
+        )
+    actions = {**{a: answers[a] for a in acting}, **given}
     start = time.perf_counter()
-    observations, rewards, terminations, truncations, step_infos = await _call(
-        env, "step", {**dict(zip(acting, actions, strict=True)), **given}
-    )
+    observations, rewards, terminations, truncations, step_infos = await _call(env, "step", actions)
     seconds = time.perf_counter() - start
     infos = {**infos, **step_infos}
     for agent, reward in rewards.items():
@@ -363,7 +368,7 @@ async def _play(run: _Run, task: Task, member: int) -> GameResult:
             )
             seats[agent] = Seat(
                 episode,
-                run.batchers.submit(policy),
+                run.batchers.of(policy),
                 run.prompters(agent),
                 run.sampling,
                 member * len(env.possible_agents) + index,

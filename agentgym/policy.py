@@ -75,6 +75,12 @@ class Policy(Protocol):
     raises :class:`PolicyUnavailable` when the policy cannot serve (its server is down, the model
     is not served there, the key is refused); ``async aclose()`` releases what the policy holds
     (connections, a server it launched).
+
+    Optional attributes the rollout engine reads: ``max_batch_size`` and
+    ``max_concurrent_batches`` (see :class:`~agentgym.rollout.RequestBatcher`), and ``inline``:
+    ``True`` for a policy whose ``generate`` computes its answers without awaiting anything
+    (rules, scripts, bots); the engine then asks it for each request on its own, as soon as the
+    request is made, with no batching.
     """
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...

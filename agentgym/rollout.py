@@ -102,6 +102,11 @@ class RequestBatcher:
     ``timeout`` (seconds) bounds each ``generate`` call, not the wait before it; a policy that
     serves requests independently (a server) sets ``max_batch_size = 1`` so that each request
     has its own call and its own timeout.
+
+    An ``inline`` policy (see :class:`~agentgym.policy.Policy`) is asked for each request alone,
+    when its submitter awaits it: no future, no batch, no turn of the event loop (a rule-based
+    player gains nothing from batches, and those are most of what the engine costs it).
+    ``timeout`` does not apply to it; while paused, its requests wait like any other.
     """
 
     def __init__(
@@ -115,6 +120,7 @@ class RequestBatcher:
         self.timeout = timeout
         self.max_batch = max_batch
         self.max_inflight = max_inflight
+        self.inline = bool(getattr(policy, "inline", False))
         self._pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
         self._inflight: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
@@ -129,11 +135,18 @@ class RequestBatcher:
         self._paused = False
         self._schedule()
 
-    def submit(self, request: GenerationRequest) -> asyncio.Future[Generation]:
+    def submit(self, request: GenerationRequest) -> Awaitable[Generation]:
+        """The generation of ``request``: a future, resolved when its batch returns; for an
+        inline policy (unless paused) a coroutine that asks the policy when awaited."""
+        if self.inline and not self._paused:
+            return self._answer(request)
         future = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         self._schedule()
         return future
+
+    async def _answer(self, request: GenerationRequest) -> Generation:
+        return self._counted(await self.policy.generate([request]), 1)[0]
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -167,10 +180,13 @@ class RequestBatcher:
                 generations = await self.policy.generate(requests)
         except TimeoutError:
             raise TimeoutError(f"generate timed out after {self.timeout} s") from None
-        if len(generations) != len(requests):
+        return self._counted(generations, len(requests))
+
+    def _counted(self, generations: list[Generation], expected: int) -> list[Generation]:
+        if len(generations) != expected:
             raise RuntimeError(
                 f"{type(self.policy).__name__}.generate returned {len(generations)} "
-                f"generations for {len(requests)} requests"
+                f"generations for {expected} requests"
             )
         return generations
 

@@ -7,17 +7,20 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
   its choices seeded per (game, seat, turn) as ``collect`` seeds them, so that the parallel loop
   plays the very games of the ``collect, bots`` row (the ceiling: engine + observations + bots,
   nothing else);
-- ``agentgym.multiagent.collect`` with the bots as a policy (requests, batching, recording),
-  64 games at once (64 envs, interleaved), then one game at a time (one env, like the plain
-  loop);
+- ``agentgym.multiagent.collect`` with the bots as a policy (requests, prompts, recording every
+  seat's episode), up to 64 games at once, then one game at a time. The bots are an inline
+  policy (they await nothing), so each request is answered as it is made, without a batch or a
+  turn of the event loop, and a game runs to its end before the next one starts;
 - ``collect`` with a zero-latency scripted policy (the first admissible answer), timing the
   env's ``reset``/``step`` inside it: the engine's share is that time over the wall time.
 
 ``steps`` counts env calls: the ``collect`` rows count each game's ``reset`` too (one more per
-game than the plain parallel loop). Printed below the table: collect's games/s with bots over
-the plain parallel loop's, and the engine's share with the zero-latency policy.
+game than the plain parallel loop). A busy machine slows whatever runs while it is busy, so every
+row runs ``--rounds`` times, the rows alternated (a different one first in each round); the
+table gives each row's median, and its games/s over the plain parallel loop's of the same round
+(median and range).
 
-    .venv/bin/python benchmarks/werewolf.py [--games 200] [--preset arena]
+    .venv/bin/python benchmarks/werewolf.py [--games 200] [--rounds 5] [--preset arena]
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -110,7 +115,7 @@ class EnvClock:
         return call
 
 
-def collected(games: int, preset: str, policy: Any, concurrency: int = 64) -> tuple[int, float, float]:
+def collected(games: int, preset: str, policy: Any, concurrency: int = 64) -> tuple[int, float, float | None]:
     """(env steps, seconds, seconds inside the env) of ``games`` games through ``collect``,
     ``concurrency`` at once."""
     clock = EnvClock(preset)
@@ -126,36 +131,48 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=5, help="runs of every row, alternated")
     parser.add_argument("--preset", default="arena", choices=["arena", "lspo"])
     args = parser.parse_args()
     scripted = ScriptedPolicy(lambda obs, info: info["admissible_actions"][0])
+    runs: dict[str, Callable[[], tuple[int, float, float | None]]] = {
+        "parallel env, bots (plain loop)": lambda: (*parallel_loop(args.games, args.preset), None),
+        "AEC env, bots (plain loop)": lambda: (*aec_loop(args.games, args.preset), None),
+        "collect, bots": lambda: collected(args.games, args.preset, BotPolicy()),
+        "collect, bots, one game at a time": lambda: collected(args.games, args.preset, BotPolicy(), 1),
+        "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted),
+    }
     parallel_loop(5, args.preset)  # warm-up: imports, first games
-    rows = [
-        ("parallel env, bots (plain loop)", *parallel_loop(args.games, args.preset), None),
-        ("AEC env, bots (plain loop)", *aec_loop(args.games, args.preset), None),
-        ("collect, bots", *collected(args.games, args.preset, BotPolicy())),
-        ("collect, bots, one game at a time", *collected(args.games, args.preset, BotPolicy(), 1)),
-        ("collect, zero-latency scripted", *collected(args.games, args.preset, scripted)),
-    ]
-    table = Table(title=f"Werewolf ({args.preset}), {args.games} games per row")
-    for col in ("runner", "steps", "seconds", "games/s", "ms/game", "steps/s", "engine share"):
+    collected(5, args.preset, BotPolicy())
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    steps: dict[str, int] = {}
+    engine: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for round_ in range(args.rounds):  # a different row first in each round
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            steps[name], elapsed, inside = runs[name]()
+            seconds[name].append(elapsed)
+            if inside is not None:
+                engine[name].append(inside / elapsed)
+    plain = np.asarray(seconds[names[0]])
+    table = Table(
+        title=f"Werewolf ({args.preset}), {args.games} games per row, median of {args.rounds} rounds",
+        caption="vs plain loop: games/s over the plain parallel loop's in the same round (median, range)",
+    )
+    for col in ("runner", "steps", "games/s", "ms/game", "steps/s", "vs plain loop", "engine share"):
         table.add_column(col, justify="right")
-    for name, steps, seconds, engine in rows:
+    for name in names:
+        median, ratios = float(np.median(seconds[name])), plain / np.asarray(seconds[name])
         table.add_row(
             name,
-            f"{steps:,}",
-            f"{seconds:.2f}",
-            f"{args.games / seconds:,.0f}",
-            f"{1e3 * seconds / args.games:.2f}",
-            f"{steps / seconds:,.0f}",
-            "-" if engine is None else f"{engine / seconds:.0%}",
+            f"{steps[name]:,}",
+            f"{args.games / median:,.0f}",
+            f"{1e3 * median / args.games:.2f}",
+            f"{steps[name] / median:,.0f}",
+            f"{np.median(ratios):.0%} ({ratios.min():.0%}-{ratios.max():.0%})",
+            f"{np.median(engine[name]):.0%}" if engine[name] else "-",
         )
-    console = Console(width=140)
-    console.print(table)
-    (_, _, plain, _), (_, _, bots, _), (_, _, alone, _), (_, _, wall, engine) = rows[0], *rows[2:]
-    console.print(f"collect/plain (bots): {plain / bots:.0%} of the plain loop's games/s")
-    console.print(f"collect/plain (bots, one game at a time): {plain / alone:.0%}")
-    console.print(f"engine share (zero-latency policy): {(engine or 0.0) / wall:.0%}")
+    Console(width=150).print(table)
 
 
 if __name__ == "__main__":

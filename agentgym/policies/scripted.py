@@ -66,6 +66,8 @@ class ScriptedPolicy:
     bad string fails at construction; e.g. ``"agentgym.policies.scripted:first_admissible"``.
     """
 
+    inline = True
+
     def __init__(self, act: Act | str, action_tag: str | None = "action"):
         self.act = resolve_act(act)
         self.action_tag = action_tag
@@ -80,6 +82,8 @@ class RandomPolicy:
     With a per-request ``seed`` the choice depends only on that seed (reproducible under
     any scheduling); otherwise it comes from the policy's own generator seeded by ``seed``.
     """
+
+    inline = True
 
     def __init__(self, seed: int | None = None, action_tag: str | None = "action"):
         self.rng = np.random.default_rng(seed)

@@ -72,6 +72,28 @@ def test_seats_and_games_share_batches_and_runs_reproduce():
     ]
 
 
+class Rules(Answering):
+    """:class:`Answering` as an inline policy: it awaits nothing."""
+
+    inline = True
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+        self.batches.append(len(requests))
+        return [Generation(text="a" * (1 + (r.seed or 0) % 3), finish_reason="stop") for r in requests]
+
+
+def test_an_inline_policy_answers_each_request_alone_and_batched_seats_still_share_batches():
+    tasks = [Task(None, s) for s in range(4)]
+    rules, model = Rules(), Answering()
+    mixed = collect(counter, {"alice": rules, "bob": model}, tasks, concurrency=4, progress=False)
+    assert rules.batches == [1] * 16  # alice's 4 turns in each of 4 games, one request a call
+    assert max(model.batches) == 4  # bob's seats of the 4 games, one batch a step
+    batched = collect(counter, Answering(), tasks, concurrency=4, progress=False)
+    assert [[(t.action, t.reward) for t in e.turns] for e in mixed] == [
+        [(t.action, t.reward) for t in e.turns] for e in batched
+    ]
+
+
 def test_failed_game_is_isolated():
     games = []
     episodes = collect(

@@ -205,15 +205,45 @@ def test_a_request_waiting_for_a_busy_model_goes_out_when_the_batch_ends():
     asyncio.run(main())
 
 
-def test_batcher_rejects_wrong_generation_count():
+@pytest.mark.parametrize("inline", [False, True])
+def test_batcher_rejects_wrong_generation_count(inline):
     class Short:
         async def generate(self, requests):
             return []
+
+    Short.inline = inline
 
     async def main():
         batcher = RequestBatcher(Short())
         with pytest.raises(RuntimeError, match="returned 0 generations for 1 requests"):
             await batcher.submit(GenerationRequest(messages=[]))
+
+    asyncio.run(main())
+
+
+def test_an_inline_policy_is_asked_when_its_request_is_awaited_and_waits_while_paused():
+    class Rules:
+        inline = True
+
+        def __init__(self):
+            self.calls: list[int] = []
+
+        async def generate(self, requests):
+            self.calls.append(len(requests))
+            return [Generation(text="x") for _ in requests]
+
+    async def main():
+        rules = Rules()
+        batcher = RequestBatcher(rules, max_batch=8)
+        asked = [batcher.submit(GenerationRequest(messages=[])) for _ in range(3)]
+        assert rules.calls == []  # not before its submitter awaits it
+        assert [(await a).text for a in asked] == ["x"] * 3 and rules.calls == [1, 1, 1]
+        batcher.pause()
+        held = asyncio.ensure_future(batcher.submit(GenerationRequest(messages=[])))
+        await asyncio.sleep(0.01)
+        assert not held.done() and rules.calls == [1, 1, 1]
+        batcher.resume()
+        assert (await asyncio.wait_for(held, 1)).text == "x"
 
     asyncio.run(main())
 

@@ -38,6 +38,8 @@ class BotPolicy:
     fallible partner). A request's ``seed`` seeds the draws; requests without one draw from the
     policy's own generator, seeded by ``seed``."""
 
+    inline = True
+
     def __init__(self, error_rate: float = 0.0, seed: int | None = None):
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate!r}")

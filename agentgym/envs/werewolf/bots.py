@@ -92,6 +92,8 @@ class BotPolicy:
     :func:`decide`. A request's ``seed`` seeds its choices; requests without one draw from the
     policy's own generator, seeded by ``seed``."""
 
+    inline = True
+
     def __init__(self, seed: int | None = None):
         self.rng = random.Random(seed)
 

@@ -149,7 +149,9 @@ def view(game: Game, agent: str) -> dict[str, Any]:
     ``you``, ``role``, ``day``, ``phase``; ``question`` (the kind asked now, or ``None``) and
     ``options`` (the names it may name); ``alive`` (names, seat order); ``known_roles``
     (name -> role, as :meth:`Game.known_roles`); ``proposal`` (werewolves only: tonight's
-    proposed victim); ``speeches`` (public statements, ``(day, name, text)``).
+    proposed victim); ``speeches`` (public statements, ``(day, name, text)``). Its sequences
+    are tuples (a remote env's arrive as lists): an episode keeps every turn's info, and the
+    garbage collector stops walking tuples of strings once it has seen them.
     """
     me = game.by_agent[agent]
     pending = game.pending.get(agent)
@@ -159,10 +161,10 @@ def view(game: Game, agent: str) -> dict[str, Any]:
         "day": game.day,
         "phase": game.phase,
         "question": pending.question.kind if pending else None,
-        "options": list(pending.question.options) if pending else [],
-        "alive": [p.name for p in game.living()],
+        "options": tuple(pending.question.options) if pending else (),
+        "alive": tuple(p.name for p in game.living()),
         "known_roles": game.known_roles(agent),
-        "speeches": list(game.speeches),
+        "speeches": tuple(game.speeches),
     }
     if me.team == WEREWOLVES:
         out["proposal"] = game.proposal

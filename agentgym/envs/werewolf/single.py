@@ -206,7 +206,7 @@ class WerewolfEnv(TextEnv):
             seed=game.seed,
             agent=agent,
         )
-        return Seat(episode, self._batchers.submit(policy), self.prompter, self.sampling, index)
+        return Seat(episode, self._batchers.of(policy), self.prompter, self.sampling, index)
 
     def _deal(self, game_seed: int) -> str:
         """The deal of the game of ``game_seed``, with the agent's seat given ``role`` (swapped
