@@ -184,8 +184,10 @@ class Seat:
             )
         )
         self.past.append((observation, generation.text))
-        shaping = info.get("signals") or {}
-        self.credit(reward + sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items()))
+        if self.signals:
+            shaping = info.get("signals") or {}
+            reward += sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items())
+        self.credit(reward)
 
     def credit(self, reward: float) -> None:
         """Add ``reward`` to the seat's last turn (to its outcome only, before any turn)."""
