@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 __all__ = [
     "EnvInfo",
     "TextEnv",
+    "TypedText",
     "UnicodeText",
     "coerce_action",
     "extract_tag",
@@ -165,6 +166,16 @@ class UnicodeText(spaces.Text):
 
     def __repr__(self) -> str:
         return f"UnicodeText({self.min_length}, {self.max_length})"
+
+
+class TypedText(str):
+    """A text observation of a :class:`UnicodeText` space: a ``str`` that also states the
+    space's numpy ``dtype``, because PettingZoo's ``api_test`` compares ``observation.dtype``
+    with ``observation_space(agent).dtype``. The GC tracks it, unlike a plain ``str``; a
+    recording keeps ``str(observation)``."""
+
+    __slots__ = ()
+    dtype = np.dtype(str)
 
 
 def _decode(codes: NDArray[Any]) -> str:

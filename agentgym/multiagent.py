@@ -176,7 +176,8 @@ class Seat:
             generated_turn(
                 generation,
                 action,
-                observation=str(observation),  # not a str subclass, which the GC would track
+                # a str subclass (PettingZoo's typed text) would be tracked by the GC
+                observation=str(observation) if isinstance(observation, str) else observation,
                 reward=0.0,
                 state_key=asked_info.get("state_key"),
                 info=info,
@@ -285,6 +286,8 @@ async def step_parallel(
         answers.update(
             zip(waiting, await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in waiting)))
         )
+    else:  # no seat waited: let the loop run (other games and sessions, timeouts, Ctrl-C)
+        await asyncio.sleep(0)
     actions = {**{a: answers[a] for a in acting}, **given}
     start = time.perf_counter()
     observations, rewards, terminations, truncations, step_infos = await _call(env, "step", actions)
@@ -332,6 +335,8 @@ async def _play_aec(
             seats[agent].finish(info, terminated, truncated)
             continue
         action = await seats[agent].act(observation, info)
+        if seats[agent].batcher.inline:  # it did not wait: let the loop run
+            await asyncio.sleep(0)
         start = time.perf_counter()
         env.step(action)
         infos[agent] = env.infos.get(agent, info)
@@ -459,8 +464,8 @@ async def acollect(
             seat or ``{agent: prompter}``; default :func:`default_prompter` of the env's family.
         signals: ``{name: weight}``: each turn's reward gains ``weight * info["signals"][name]``
             (per-turn shaping, e.g. ``{"correct_vote": 0.1}``).
-        timeouts: only ``generate`` applies; env calls run in this process (a remote env has
-            its own timeouts).
+        timeouts: only ``generate`` applies (to policies that are not inline); env calls run
+            in this process (a remote env has its own timeouts).
         on_game: called with each finished :class:`GameResult` (in completion order), e.g. to
             save its episodes and record as soon as it ends.
         skip: ``skip(task, member)`` true leaves that game out (e.g. one a resumed evaluation

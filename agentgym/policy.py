@@ -80,7 +80,8 @@ class Policy(Protocol):
     ``max_concurrent_batches`` (see :class:`~agentgym.rollout.RequestBatcher`), and ``inline``:
     ``True`` for a policy whose ``generate`` computes its answers without awaiting anything
     (rules, scripts, bots); the engine then asks it for each request on its own, as soon as the
-    request is made, with no batching.
+    request is made, with no batching and no ``generate`` timeout (a subclass whose
+    ``generate`` awaits something sets it back to ``False``).
     """
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...

@@ -105,7 +105,8 @@ class RequestBatcher:
 
     An ``inline`` policy (see :class:`~agentgym.policy.Policy`) is asked for each request alone,
     when its submitter awaits it: no future, no batch, no turn of the event loop (a rule-based
-    player gains nothing from batches, and those are most of what the engine costs it).
+    player gains nothing from batches, and those are most of what the engine costs it). Its
+    submitters then yield to the loop themselves, once a turn or a game step.
     ``timeout`` does not apply to it; while paused, its requests wait like any other.
     """
 
@@ -137,16 +138,22 @@ class RequestBatcher:
 
     def submit(self, request: GenerationRequest) -> Awaitable[Generation]:
         """The generation of ``request``: a future, resolved when its batch returns; for an
-        inline policy (unless paused) a coroutine that asks the policy when awaited."""
-        if self.inline and not self._paused:
+        inline policy a coroutine that asks the policy when awaited (or, paused then, waits in
+        the queue like any request)."""
+        if self.inline:
             return self._answer(request)
+        return self._queued(request)
+
+    async def _answer(self, request: GenerationRequest) -> Generation:
+        if self._paused:
+            return await self._queued(request)
+        return self._counted(await self.policy.generate([request]), 1)[0]
+
+    def _queued(self, request: GenerationRequest) -> asyncio.Future[Generation]:
         future = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         self._schedule()
         return future
-
-    async def _answer(self, request: GenerationRequest) -> Generation:
-        return self._counted(await self.policy.generate([request]), 1)[0]
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -391,6 +398,8 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
             )
             start = time.perf_counter()
             generation = await run.batcher.submit(request)
+            if run.batcher.inline:  # it did not wait: let the loop run (other episodes, Ctrl-C)
+                await asyncio.sleep(0)
             generated = time.perf_counter()
             action = run.prompter.parse(generation.text, info.get("admissible_actions"))
             phase = "step"

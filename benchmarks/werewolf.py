@@ -9,8 +9,8 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
   nothing else);
 - ``agentgym.multiagent.collect`` with the bots as a policy (requests, prompts, recording every
   seat's episode), up to 64 games at once, then one game at a time. The bots are an inline
-  policy (they await nothing), so each request is answered as it is made, without a batch or a
-  turn of the event loop, and a game runs to its end before the next one starts;
+  policy (they await nothing), so each request is answered as it is made, without a batch; a
+  game yields to the event loop once a step;
 - ``collect`` with a zero-latency scripted policy (the first admissible answer), timing the
   env's ``reset``/``step`` inside it: the engine's share is that time over the wall time.
 

@@ -94,6 +94,21 @@ def test_an_inline_policy_answers_each_request_alone_and_batched_seats_still_sha
     ]
 
 
+def test_games_of_inline_seats_take_turns_on_the_event_loop():
+    """No seat waits on a batch, yet a game gives the loop back after every step: concurrent
+    games interleave (and a timeout or Ctrl-C is not held back until every game has ended)."""
+    steps: list[int] = []
+
+    class Logged(CounterParallelEnv):
+        def step(self, actions):
+            steps.append(id(self))
+            return super().step(actions)
+
+    collect(lambda: Logged(max_cycles=4), Rules(), [Task(None, 0), Task(None, 1)], progress=False)
+    first, second = steps[0], steps[1]
+    assert first != second and steps == [first, second] * 4
+
+
 def test_failed_game_is_isolated():
     games = []
     episodes = collect(

@@ -12,6 +12,8 @@ from agentgym.policies.scripted import RandomPolicy, ScriptedPolicy
 from agentgym.policy import Generation, GenerationRequest
 from agentgym.rollout import RequestBatcher, Task, Timeouts, acollect, collect, default_tasks
 
+from fixtures.probe_env import ProbeEnv
+
 SOKOBAN = "agentgym/Sokoban-v0"
 
 
@@ -219,6 +221,22 @@ def test_batcher_rejects_wrong_generation_count(inline):
             await batcher.submit(GenerationRequest(messages=[]))
 
     asyncio.run(main())
+
+
+def test_episodes_of_an_inline_policy_take_turns_on_the_event_loop():
+    """An inline policy and an env that steps on the loop never wait, yet an episode gives the
+    loop back after every turn: concurrent episodes interleave (and a timeout or Ctrl-C is not
+    held back until every episode has ended)."""
+    steps: list[int] = []
+
+    class Logged(ProbeEnv):
+        def step(self, action):
+            steps.append(id(self))
+            return super().step(action)
+
+    collect(Logged, ScriptedPolicy(lambda obs, info: "x"), default_tasks(2), max_turns=3, progress=False)
+    first, second = steps[0], steps[1]
+    assert first != second and steps == [first, second] * 3
 
 
 def test_an_inline_policy_is_asked_when_its_request_is_awaited_and_waits_while_paused():

@@ -61,6 +61,8 @@ class SlowRandomPolicy(RandomPolicy):
     """:class:`RandomPolicy` that takes ``delay`` seconds per call, so that a kill lands
     mid-run."""
 
+    inline = False  # its generate awaits
+
     def __init__(self, seed: int | None = None, delay: float = 0.02):
         super().__init__(seed)
         self.delay = delay
@@ -97,6 +99,8 @@ def kill_my_sandboxes() -> int:
 class SandboxKiller(RandomPolicy):
     """:class:`RandomPolicy` that kills this process's sandboxes at its ``at``-th call, and at
     every ``every``-th call after (``every=0``: once)."""
+
+    inline = False  # its generate awaits
 
     def __init__(self, seed: int | None = None, at: int = 3, every: int = 0):
         super().__init__(seed)

@@ -76,6 +76,8 @@ class KillingPolicy(RandomPolicy):
     """A random policy (its choices a function of each request's seed) that, from its
     ``at``-th generate call on, calls ``kill`` until it returns anything but ``False``."""
 
+    inline = False  # its generate awaits
+
     def __init__(self, at: int, kill: Callable[[], bool | None]):
         super().__init__()
         self.at, self.kill, self.calls, self.killed = at, kill, 0, False

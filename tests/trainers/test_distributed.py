@@ -210,14 +210,20 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return {**saved, "alone-checkpoint": (out / "alone" / "learner.pt").read_bytes()}
 
 
+#: The KL to the base model is a mean of differences of two nearly equal log-probs, each with
+#: float32 noise of about 1e-6 nats that depends on the shapes of the micro-batches (which the
+#: ranks split differently): 1.5e-6 apart seen, 2.5e-5 relative.
+KL_NOISE = 5e-6
+
+
 def assert_same_weights(got: dict[str, Any], expected: dict[str, Any]) -> None:
     """Equal to float tolerance. Adam's first steps move a weight by about lr = 1e-3 whatever its
     gradient's size, also where the gradient is near 0 and float noise sets its sign: in one
     process, changing only the order of the sums (another micro-batch budget) moves weights by up
-    to 4e-5."""
+    to 4e-5, and one element of 1,152 ended 3e-4 apart between one process and two ranks."""
     assert got["step"] == expected["step"]
     for k, value in expected["weights"].items():
-        torch.testing.assert_close(got["weights"][k], value, rtol=1e-3, atol=2e-4)
+        torch.testing.assert_close(got["weights"][k], value, rtol=1e-3, atol=5e-4)
 
 
 @pytest.mark.slow
@@ -229,7 +235,8 @@ def test_two_ranks_update_as_one(runs):
     assert alone["step"] == 4  # 2 updates x 2 mini-batches
     for got, expected in zip(ours["metrics"], alone["metrics"], strict=True):
         for key in ("loss", "pg_loss", "vf_loss", "kl", "entropy", "grad_norm", "tokens"):
-            assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key
+            noise = KL_NOISE if key == "kl" else 1e-7
+            assert got[key] == pytest.approx(expected[key], rel=1e-5, abs=noise), key
     scale = max(g.abs().max() for g in alone["gradients"].values())
     for name, gradient in alone["gradients"].items():
         torch.testing.assert_close(ours["gradients"][name], gradient, rtol=1e-3, atol=1e-4 * float(scale))

@@ -26,23 +26,12 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-import numpy as np
-
-from agentgym.env import MAX_OBSERVATION_CHARS, UnicodeText
+from agentgym.env import MAX_OBSERVATION_CHARS, TypedText, UnicodeText
 from agentgym.envs.signaling.game import AGENTS, MAX_RESPONSE_CHARS, TEAM, Answered, Game, to_text
 from agentgym.envs.signaling.tasks import HIGHEST, draw_index, make_task, parse_task_id
 from agentgym.seeding import check_split
 
-__all__ = ["Observation", "SignalingBase"]
-
-
-class Observation(str):
-    """A text observation: a ``str`` that also states the numpy ``dtype`` of its space
-    (:class:`~agentgym.env.UnicodeText`), because PettingZoo's ``api_test`` compares
-    ``observation.dtype`` with ``observation_space(agent).dtype``."""
-
-    __slots__ = ()
-    dtype = np.dtype(str)
+__all__ = ["SignalingBase"]
 
 
 class SignalingBase:
@@ -99,9 +88,9 @@ class SignalingBase:
     def action_space(self, agent: str) -> UnicodeText:
         return self.action_spaces[agent]
 
-    def observe(self, agent: str) -> Observation:
+    def observe(self, agent: str) -> TypedText:
         """What ``agent`` sees now."""
-        return Observation(self.game.observation(agent))
+        return TypedText(self.game.observation(agent))
 
     def _new_game(self, seed: int | None, options: dict[str, Any] | None) -> None:
         if seed is not None:

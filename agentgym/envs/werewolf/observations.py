@@ -11,22 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from agentgym.env import TypedText
 from agentgym.envs.werewolf.actions import MAX_BID
 from agentgym.envs.werewolf.engine import Game, article, name_of
 from agentgym.envs.werewolf.rules import DOCTOR, SEER, VILLAGER, WEREWOLF, WEREWOLVES, Rules
 
-__all__ = ["Observation", "admissible_answers", "instruction", "observation", "view"]
-
-
-class Observation(str):
-    """A text observation: a ``str`` that also states the numpy ``dtype`` of its space
-    (:class:`~agentgym.env.UnicodeText`), because PettingZoo's ``api_test`` compares
-    ``observation.dtype`` with ``observation_space(agent).dtype``."""
-
-    __slots__ = ()
-    dtype = np.dtype(str)
+__all__ = ["admissible_answers", "instruction", "observation", "view"]
 
 
 _PLURALS = {WEREWOLF: "werewolves", SEER: "seers", DOCTOR: "doctors", VILLAGER: "villagers"}
@@ -71,7 +61,7 @@ def instruction(rules: Rules, seat: int, role: str) -> str:
     )
 
 
-def observation(game: Game, agent: str) -> Observation:
+def observation(game: Game, agent: str) -> TypedText:
     """``agent``'s view of the game as text: who they are, what they know, the record lines
     addressed to them, and their question (or why they have none)."""
     me = game.by_agent[agent]
@@ -86,7 +76,7 @@ def observation(game: Game, agent: str) -> Observation:
         "Game so far:\n- " + "\n- ".join(game.lines[agent]),
         _prompt(game, agent),
     ]
-    return Observation("\n".join(parts))
+    return TypedText("\n".join(parts))
 
 
 def _prompt(game: Game, agent: str) -> str:
