@@ -205,7 +205,9 @@ def build_base_image(
 
 def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
     """``pip wheel`` agentgym (with ``extras``) and its dependencies into ``dest``; the wheels.
-    Dependencies come from the host's pip configuration (index, cache, find-links)."""
+    Dependencies come from the host's pip configuration (index, cache, find-links). The same
+    sources give the same bytes (the wheels' file times are ``SOURCE_DATE_EPOCH``, 1980 unless
+    set), so that an image build finds its wheels layer in Docker's cache."""
     project = containers_dir().parent
     requirement = f"{project}[{','.join(sorted(extras))}]" if extras else str(project)
     proc = subprocess.run(
@@ -223,6 +225,7 @@ def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
         capture_output=True,
         text=True,
         check=False,
+        env={"SOURCE_DATE_EPOCH": "315532800", **os.environ},
     )
     if proc.returncode != 0:
         raise SandboxError(f"pip wheel failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

@@ -139,21 +139,29 @@ def test_every_env_plays_the_same_sandboxed(env_id: str, backend: Backend) -> No
         env.close()
 
 
-def test_collect_gives_the_same_episodes(backend: Backend) -> None:
-    # retries: a browser that stops answering under load is an infrastructure error, run again
-    options: dict[str, Any] = {
-        "group_size": 2,
-        "max_turns": 6,
-        "concurrency": 8,
-        "progress": False,
-        "retries": 2,
+# retries: a browser that stops answering under load is an infrastructure error, run again
+COLLECT: dict[str, Any] = {"group_size": 2, "max_turns": 6, "concurrency": 8, "progress": False, "retries": 2}
+
+
+@pytest.fixture(scope="module")
+def in_process_episodes() -> dict[str, list[dict[str, Any]]]:
+    """What :func:`collect` gives with :data:`COLLECT` for each of :data:`ENVS` in this process
+    (the same for every backend: made once)."""
+    return {
+        env_id: [
+            comparable(e) for e in collect(env_id, ScriptedPolicy(varied_action), default_tasks(4), **COLLECT)
+        ]
+        for env_id in ENVS
     }
-    tasks = default_tasks(4)
+
+
+def test_collect_gives_the_same_episodes(
+    backend: Backend, in_process_episodes: dict[str, list[dict[str, Any]]]
+) -> None:
     with EnvServerPool(backend, sessions_per_server=4) as servers:
         for env_id in ENVS:
-            expected = collect(env_id, ScriptedPolicy(varied_action), tasks, **options)
-            got = collect(env_id, ScriptedPolicy(varied_action), tasks, sandbox=servers, **options)
-            assert [comparable(e) for e in got] == [comparable(e) for e in expected]
+            got = collect(env_id, ScriptedPolicy(varied_action), default_tasks(4), sandbox=servers, **COLLECT)
+            assert [comparable(e) for e in got] == in_process_episodes[env_id]
             assert not any(e.error for e in got)
         assert len(servers.sandboxes()) == 0  # every env closed: every server given back
 
