@@ -359,6 +359,10 @@ def test_build_command() -> None:
     assert f"built {image} (textgames)" in proc.stdout
     assert images.get(image).labels["agentgym.base"] == "agentgym/base:bookworm"
     assert {i.id for i in images.list(filters={"dangling": True})} <= dangling
+    built = images.get(image).id
+    proc = agentgym_cmd("build", "textgames", "--offline-base")  # the same sources again:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert images.get(image).id == built  # every layer from the cache (the wheels are the same bytes)
     proc = agentgym_cmd("build", "no-such-family")
     assert proc.returncode == 1 and "no Dockerfile for ['no-such-family']" in proc.stdout
 
