@@ -203,6 +203,9 @@ def build_base_image(
     return tag
 
 
+_WHEEL_EPOCH = "315532800"  # 1980-01-01T00:00Z, the earliest time a zip entry can hold
+
+
 def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
     """``pip wheel`` agentgym (with ``extras``) and its dependencies into ``dest``; the wheels.
     Dependencies come from the host's pip configuration (index, cache, find-links). The same
@@ -225,7 +228,7 @@ def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
         capture_output=True,
         text=True,
         check=False,
-        env={"SOURCE_DATE_EPOCH": "315532800", **os.environ},
+        env={"SOURCE_DATE_EPOCH": _WHEEL_EPOCH, **os.environ},
     )
     if proc.returncode != 0:
         raise SandboxError(f"pip wheel failed ({proc.returncode}):\n{proc.stderr[-4000:]}")

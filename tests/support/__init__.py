@@ -1,5 +1,5 @@
-"""What the tests share: paths, the worker id, how a missing system dependency ends a test, and a
-fresh interpreter.
+"""What the tests share: paths, the worker id, how a missing system dependency ends a test, a
+fresh interpreter, and a few tasks of each kind.
 
 ``tests/`` is on ``sys.path`` (``pythonpath`` in pyproject.toml), so a test module imports these
 with ``from support import ...``; test modules never import each other. The fixtures that
@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 import pytest
 
@@ -28,6 +30,8 @@ FIXTURES = TESTS / "fixtures"
 
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 """This process's xdist worker id (``gw0``, ...), ``None`` when the suite runs in one process."""
+
+T = TypeVar("T")
 
 
 def unavailable(reason: str) -> NoReturn:
@@ -54,3 +58,16 @@ def run_python(
     if check and proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+def per_kind(items: Iterable[T], kind: Callable[[T], Hashable], n: int) -> list[T]:
+    """The first ``n`` of ``items`` of each kind, in their order: for an end-to-end test that
+    plays a few tasks of every kind instead of a sample."""
+    counts: Counter[Hashable] = Counter()
+    chosen = []
+    for item in items:
+        key = kind(item)
+        if counts[key] < n:
+            counts[key] += 1
+            chosen.append(item)
+    return chosen

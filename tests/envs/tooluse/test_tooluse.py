@@ -9,13 +9,13 @@ import random
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from agentgym.envs.tooluse.app_tasks import AppTask, app_tasks
+from agentgym.envs.tooluse.app_tasks import app_tasks
 from agentgym.envs.tooluse.data import data_tasks
 from agentgym.envs.tooluse.env import ToolUseEnv
 from agentgym.envs.tooluse.expert import expert_action
 from agentgym.sandbox.local import bwrap_usable
 
-from support import unavailable
+from support import per_kind, unavailable
 
 # no process or dir may outlive a test
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -71,10 +71,7 @@ def test_the_expert_solves_app_tasks_of_every_kind(apps_env):
     expert solve every task against the apps directly, in milliseconds)."""
     tasks = app_tasks("test")
     random.Random(0).shuffle(tasks)
-    by_kind: dict[str, list[AppTask]] = {}
-    for task in tasks:
-        by_kind.setdefault(task.kind, []).append(task)
-    for task in [task for kind in by_kind.values() for task in kind[:3]]:
+    for task in per_kind(tasks, lambda t: t.kind, 3):
         total, info, _obs = solve(apps_env, task.id)
         assert total == 1.0 and info["success"] and info["problems"] == [], (task.id, info)
 

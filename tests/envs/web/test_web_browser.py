@@ -29,7 +29,7 @@ from agentgym.envs.web.expert import aplay, expert_action, play
 from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import ShopTextEnv
 
-from support import unavailable
+from support import per_kind, unavailable
 from support.web import near_miss
 
 pytestmark = pytest.mark.browser
@@ -79,20 +79,20 @@ def test_check_env():
         env.close()
 
 
-def kinds_of_tasks(shop, per_kind: int) -> list:
-    """``per_kind`` test tasks (from a seeded shuffle) of each kind that takes the expert another
-    way through the pages: how many options it chooses (0, 1, 2) and which page of the search
+def kinds_of_tasks(shop, per: int) -> list:
+    """``per`` test tasks (from a seeded shuffle) of each kind that takes the expert another way
+    through the pages: how many options it chooses (0, 1, 2) and which page of the search
     results holds the target (the first, the second, a later one)."""
+
+    def kind(goal) -> tuple[int, int]:
+        rank = [p.id for p in shop.catalog.search(goal.query)].index(goal.target)
+        return len(goal.options), min(rank // shop.page_size, 2)
+
     goals = tasks(0, "test")
     random.Random(0).shuffle(goals)
-    chosen: dict[tuple[int, int], list] = {}
-    for goal in goals:
-        rank = [p.id for p in shop.catalog.search(goal.query)].index(goal.target)
-        kind = chosen.setdefault((len(goal.options), min(rank // shop.page_size, 2)), [])
-        if len(kind) < per_kind:
-            kind.append(goal)
-    assert len(chosen) == 9, sorted(chosen)  # every kind is among the test tasks
-    return [goal for kind in chosen.values() for goal in kind]
+    chosen = per_kind(goals, kind, per)
+    assert len({kind(goal) for goal in chosen}) == 9  # every kind is among the test tasks
+    return chosen
 
 
 # A minute: 27 purchases. test_web.py has the expert buy 200 in the text mode (in seconds), which
@@ -109,7 +109,7 @@ async def test_the_expert_buys_the_target_of_every_kind_of_test_task_with_4_brow
                 failures.append((goal.id, total, info.get("error"), obs[-500:]))
 
     try:
-        goals = kinds_of_tasks(envs[0].shop, per_kind=3)
+        goals = kinds_of_tasks(envs[0].shop, per=3)
         await asyncio.gather(*(worker(env, goals[i::4]) for i, env in enumerate(envs)))
     finally:
         for env in envs:
