@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["budget_batches", "left_pad", "prefix_cached", "shared_prefix_length"]
+__all__ = ["budget_batches", "left_pad", "prefill", "prefix_cached", "shared_prefix_length"]
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prefix (tokens) worth a forward pass of its own."""
@@ -34,16 +34,21 @@ def left_pad(
     return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def budget_batches(lengths: Sequence[int], budget: int) -> list[list[int]]:
+def budget_batches(lengths: Sequence[int], budget: int, rows: Sequence[int] | None = None) -> list[list[int]]:
     """Indices split greedily, longest first, so that longest length x rows <= ``budget`` tokens
-    per batch; a sequence longer than the budget goes alone."""
+    per batch, item ``i`` counting as ``rows[i]`` rows (one each by default); an item over the
+    budget goes alone."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    weight = [1] * len(lengths) if rows is None else rows
     batches: list[list[int]] = []
+    count = 0
     for i in order:
-        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= budget:
+        if batches and lengths[batches[-1][0]] * (count + weight[i]) <= budget:
             batches[-1].append(i)
+            count += weight[i]
         else:
             batches.append([i])
+            count = weight[i]
     return batches
 
 
@@ -77,3 +82,21 @@ def prefix_cached(
         sequences = [s[shared:] for s in sequences]
     ids, mask, positions = left_pad(sequences, pad_id, device)
     return cache, ids, torch.cat([mask.new_ones(len(sequences), shared), mask], dim=-1), positions + shared
+
+
+def prefill(
+    model: Any, sequences: Sequence[Sequence[int]], pad_id: int, device: torch.device | str
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """Run ``sequences`` through ``model`` (their shared prefix once, :func:`prefix_cached`) and
+    keep the cache: (next-token logits of each sequence (rows, vocab), the KV cache, its
+    attention mask (rows, cached length), the position ids of the rest (rows, longest rest))."""
+    cache, ids, mask, positions = prefix_cached(model, sequences, pad_id, device)
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[:, -1], out.past_key_values, mask, positions

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentgym.policies.batching import prefix_cached
+from agentgym.policies.batching import prefill
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
 from agentgym.policy import Generation, GenerationRequest, SamplingParams
 
@@ -226,18 +226,9 @@ class HFPolicy:
         (rows, cached length) and the position of the next token (rows,).
         """
         distinct, index = _unique(prompts)
-        cache, ids, mask, positions = prefix_cached(
+        logits, cache, mask, positions = prefill(
             self.model, distinct, self.tokenizer.pad_token_id, self.device
         )
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        logits, cache = out.logits[:, -1], out.past_key_values
         if len(distinct) < len(prompts):
             rows = torch.tensor(index, device=self.device)
             cache.batch_select_indices(rows)

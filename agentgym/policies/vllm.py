@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -130,6 +131,7 @@ class VLLMServer:
         self.enable_lora = enable_lora
         self.max_lora_rank = max_lora_rank
         self.extra_args = tuple(extra_args)
+        self._own_log_dir = log_path is None
         if log_path is None:
             log_path = Path(tempfile.mkdtemp(prefix="agentgym-vllm-")) / "server.log"
         self.log_path = Path(log_path)
@@ -237,9 +239,13 @@ class VLLMServer:
 
     def stop(self, grace: float = 10.0) -> None:
         """Stop the process group: SIGTERM, then SIGKILL for what is left after ``grace``
-        seconds. Returns once no member is running. Idempotent."""
+        seconds, and remove the log's temporary folder when no ``log_path`` was given (a failed
+        start keeps it until then: its error names the log). Returns once no member is
+        running. Idempotent."""
         if self._server is not None:
             self._server.stop(grace)
+        if self._own_log_dir:
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
 
     @property
     def running(self) -> bool:

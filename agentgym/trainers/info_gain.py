@@ -10,21 +10,26 @@ Placing the answer where the policy would write it (``template``, e.g.
 by teacher forcing, with no gradient. Only the answer's own tokens are averaged (not the template
 around it); they are located by character offsets, so tokenization is that of the whole string.
 
-Batching: every (episode, context) sequence of the batch goes through the model in micro-batches
-bounded by a token budget, left-padded so that the answers end aligned and the LM head runs only
-on the last positions. :func:`naive_answer_scores` is the one-sequence-at-a-time reference.
+Batching: an episode's contexts mostly grow by appending (the next turn's response and
+observation), so each is a token prefix of the next until the prompter's history window drops a
+turn. Such a chain runs through the model once, as its longest context (left-padded beside the
+other chains of a micro-batch bounded by a token budget, with the prefix that every chain of the
+micro-batch starts with run once); its keys and values are then repeated for every context of the
+chain, and only the answer goes through the model again, attending to its context's part of the
+cache. :func:`naive_answer_scores` is the one-sequence-at-a-time reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from agentgym.episode import Episode
-from agentgym.policies.batching import budget_batches, left_pad
+from agentgym.policies.batching import budget_batches, prefill
 from agentgym.policies.models import encode_chat
 
 __all__ = ["answer_scores", "naive_answer_scores", "scoring_sequences"]
@@ -91,6 +96,39 @@ def _to_rows(episodes: Sequence[Episode], flat: list[float]) -> tuple[np.ndarray
     return np.asarray(rows, dtype=np.float64), np.asarray(initial, dtype=np.float64)
 
 
+@dataclass
+class _Chain:
+    """Contexts of one episode, each a token prefix of the next."""
+
+    context: list[int]
+    """The longest context's prompt ids."""
+    members: list[tuple[int, int]]
+    """(index among the batch's contexts, prompt length) of every context of the chain."""
+    answer: tuple[list[int], int, int]
+    """The filled template's ids and the answer's [start, end) span in them."""
+
+
+def _chains(
+    tokenizer: Any, prompter: Any, episodes: Sequence[Episode], answers: Sequence[str], template: str
+) -> list[_Chain]:
+    if len(answers) != len(episodes):
+        raise ValueError(f"one answer per episode: {len(answers)} answers, {len(episodes)} episodes")
+    chains: list[_Chain] = []
+    index = 0
+    for episode, answer in zip(episodes, answers):
+        filled, chain = _answer_ids(tokenizer, template, answer), None
+        for chat in _contexts(prompter, episode):
+            prompt = encode_chat(tokenizer, chat)
+            if chain is not None and prompt[: len(chain.context)] == chain.context:
+                chain.context = prompt
+                chain.members.append((index, len(prompt)))
+            else:
+                chain = _Chain(prompt, [(index, len(prompt))], filled)
+                chains.append(chain)
+            index += 1
+    return chains
+
+
 @torch.no_grad()
 def answer_scores(
     model: Any,
@@ -104,29 +142,52 @@ def answer_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """IGPO scores for a batch: (per-row v_t after each turn, per-episode v_0), as
     :func:`agentgym.trainers.credit.igpo` takes them. Batched; see the module docstring."""
-    sequences = scoring_sequences(tokenizer, prompter, episodes, answers, template)
+    chains = _chains(tokenizer, prompter, episodes, answers, template)
     device = next(model.parameters()).device
-    scores = [0.0] * len(sequences)
-    for indices in budget_batches([len(seq) for seq, _, _ in sequences], token_budget):
-        tail = max(len(sequences[i][0]) - sequences[i][1] for i in indices)  # span start to end
-        ids, mask, positions = left_pad([sequences[i][0] for i in indices], tokenizer.pad_token_id, device)
+    scores = [0.0] * sum(len(c.members) for c in chains)
+    lengths = [len(c.context) + len(c.answer[0]) for c in chains]
+    for indices in budget_batches(lengths, token_budget, rows=[len(c.members) for c in chains]):
+        batch = [chains[i] for i in indices]
+        # The longest contexts but their last token, which the answer pass runs (its logits
+        # predict the template's first token).
+        _, cache, mask, positions = prefill(
+            model, [c.context[:-1] for c in batch], tokenizer.pad_token_id, device
+        )
+        width = positions.shape[1]
+        shared = mask.shape[1] - width  # the cache: the shared prefix, then the left-padded rest
+        rows = [(k, length) for k, chain in enumerate(batch) for _, length in chain.members]
+        tail = 1 + max(len(c.answer[0]) for c in batch)
+        inputs = torch.full((len(rows), tail), tokenizer.pad_token_id, dtype=torch.long)
+        seen = torch.zeros((len(rows), shared + width + tail), dtype=torch.long)
+        for row, (k, length) in enumerate(rows):
+            context, (filled, _, _) = batch[k].context, batch[k].answer
+            inputs[row, : 1 + len(filled)] = torch.tensor([context[length - 1], *filled])
+            seen_prefix, rest = length - 1, len(context) - 1 - shared  # this context's cached part
+            seen[row, : min(shared, seen_prefix)] = 1
+            start = shared + width - rest
+            seen[row, start : start + max(0, seen_prefix - shared)] = 1
+            seen[row, shared + width : shared + width + 1 + len(filled)] = 1
+        cache.batch_select_indices(torch.tensor([k for k, _ in rows], device=device))
+        lengths_before = torch.tensor([length - 1 for _, length in rows])
         logits = (
             model(
-                input_ids=ids,
-                attention_mask=mask,
-                position_ids=positions,
-                use_cache=False,
-                logits_to_keep=tail + 1,
+                input_ids=inputs.to(device),
+                attention_mask=seen.to(device),
+                position_ids=(lengths_before[:, None] + torch.arange(tail)).to(device),
+                past_key_values=cache,
+                use_cache=True,
             )
             .logits[:, :-1]
             .float()
         )
-        logprobs = torch.log_softmax(logits, -1).gather(-1, ids[:, -tail:, None]).squeeze(-1)
-        for row, i in enumerate(indices):
-            seq, start, end = sequences[i]
-            # Column c of the kept window holds the token at position width - tail + c.
-            first = start - (len(seq) - tail)
-            scores[i] = logprobs[row, first : first + end - start].mean().item()
+        # Column j of the answer pass predicts the filled template's token j.
+        logprobs = torch.log_softmax(logits, -1).gather(-1, inputs[:, 1:, None].to(device)).squeeze(-1)
+        row = 0
+        for chain in batch:
+            _, start, end = chain.answer
+            for index, _ in chain.members:
+                scores[index] = logprobs[row, start:end].mean().item()
+                row += 1
     return _to_rows(episodes, scores)
 
 

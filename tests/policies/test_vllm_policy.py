@@ -257,6 +257,7 @@ async def test_server_killed_mid_collect_isolates_episodes_and_cleans_up() -> No
         assert "ConnectionRefusedError" in episode.error and server.base_url in episode.error
     assert policy.server is None and server.process.returncode is not None
     assert not server.running  # the orphaned engine process is gone too
+    assert not server.log_path.parent.exists()  # its temporary log folder too
 
 
 class StubServer:

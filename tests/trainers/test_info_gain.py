@@ -1,4 +1,5 @@
-"""IGPO scoring: batched teacher forcing equals one-context-at-a-time scoring."""
+"""IGPO scoring: batched teacher forcing, each chain of growing contexts run once, equals
+one-context-at-a-time scoring."""
 
 from __future__ import annotations
 
@@ -44,19 +45,25 @@ def model_and_tokenizer():
 
 def test_batched_equals_naive(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
+    # Episode 0's three contexts are each a prefix of the next, and so are episode 2's first
+    # three (its fourth drops the first turn: history=2). The last episode repeats the first:
+    # scored alone with it, the prefix shared by the micro-batch is longer than the first two
+    # contexts.
     prompter = Prompter(family="search", history=2, action_tag="search")
-    episodes = [episode(0, 3), episode(1, 1), episode(2, 4)]
-    answers = ["Marne", "Marn", "the city of Marnee"]
-    for budget in (100_000, 600):  # one micro-batch, then several
-        batched = answer_scores(model, tokenizer, prompter, episodes, answers, token_budget=budget)
-        naive = naive_answer_scores(model, tokenizer, prompter, episodes, answers)
-        for got, want in zip(batched, naive):
-            np.testing.assert_allclose(got, want, atol=1e-4)
-    rows, initial = batched
-    assert rows.shape == (8,) and initial.shape == (3,)
+    episodes = [episode(0, 3), episode(1, 1), episode(2, 4), episode(0, 3)]
+    answers = ["Marne", "Marn", "the city of Marnee", "Marne"]
+    # one micro-batch, several, and the repeated episode alone
+    for chosen, budget in (([0, 1, 2, 3], 100_000), ([0, 1, 2, 3], 600), ([0, 3], 100_000)):
+        these, their_answers = [episodes[i] for i in chosen], [answers[i] for i in chosen]
+        got = answer_scores(model, tokenizer, prompter, these, their_answers, token_budget=budget)
+        want = naive_answer_scores(model, tokenizer, prompter, these, their_answers)
+        for batched, naive in zip(got, want):
+            np.testing.assert_allclose(batched, naive, atol=1e-4)
+    rows, initial = answer_scores(model, tokenizer, prompter, episodes, answers)
+    assert rows.shape == (11,) and initial.shape == (4,)
     assert np.all(rows < 0) and len(set(np.round(rows, 6))) > 3  # contexts change the score
     table = TurnTable.from_episodes(episodes)
-    assert np.isfinite(igpo(table, rows, initial, np.array([1.0, 0.0, 0.5]))).all()
+    assert np.isfinite(igpo(table, rows, initial, np.array([1.0, 0.0, 0.5, 1.0]))).all()
 
 
 def test_answer_span_is_the_answer_only(model_and_tokenizer):

@@ -12,47 +12,17 @@ from transformers import AutoModelForCausalLM
 
 import agentgym
 from agentgym.envs.search.world import generate_world
-from agentgym.episode import Episode, Turn, TurnTable
+from agentgym.episode import Episode, TurnTable
 from agentgym.policies.models import load_tokenizer, resolve_model
 from agentgym.prompting import Prompter
 from agentgym.trainers.credit import information_gains
 from agentgym.trainers.info_gain import answer_scores
 
+from support.search import WORDS, play
+
 pytestmark = pytest.mark.slow  # minutes of CPU; part of the README's test command and CI
 
 QUESTIONS = 12  # the fixed set: the first bridge questions of the dev split
-WORDS = (
-    "apple window river music green table cloud seven paper garden silver morning stone bridge yellow letter"
-).split()
-
-
-def play(env, question, queries: list[str], answer: str) -> Episode:
-    """An episode of ``env`` on ``question`` with the given searches and then the answer."""
-    obs, info = env.reset(options={"task_id": question.id})
-    turns = []
-    for reply in [f"<search>{q}</search>" for q in queries] + [f"<answer>{answer}</answer>"]:
-        next_obs, reward, _terminated, _truncated, next_info = env.step(reply)
-        turns.append(
-            Turn(
-                observation=obs,
-                action=reply,
-                action_valid=next_info["action_valid"],
-                reward=reward,
-                response_text=reply,
-                info={"supporting_found": next_info["supporting_found"]},
-            )
-        )
-        obs = next_obs
-    return Episode(
-        episode_id=question.id,
-        env_id="agentgym/SearchQA-v0",
-        task_id=question.id,
-        group_id=question.id,
-        seed=0,
-        instruction=info["instruction"],
-        turns=turns,
-        ground_truth=info["ground_truth"],
-    )
 
 
 def test_information_gain_rewards_retrieving_supporting_passages():
