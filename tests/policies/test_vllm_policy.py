@@ -1,8 +1,8 @@
 """VLLMPolicy and VLLMServer against a real vLLM server serving the embedded model.
 
-One server (LoRA enabled, ``server`` in tests/policies/conftest.py) is shared by the module; the
-crash test launches its own. Stub HTTP servers appear only for failure injection (hanging, 5xx,
-4xx answers).
+One server (LoRA enabled, ``server`` in tests/policies/conftest.py) is shared by the module,
+OpenAIPolicy's chat completions against it included; the crash test launches its own. Stub HTTP
+servers appear only for failure injection (hanging, 5xx, 4xx answers).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hydra.utils import instantiate
 
 from agentgym.harness.eval import compose_eval_config
 from agentgym.policies.models import encode_chat, load_tokenizer, resolve_model
+from agentgym.policies.openai import OpenAIPolicy
 from agentgym.policies.vllm import VLLMPolicy, VLLMRequestError, VLLMServer, VLLMServerError
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, collect, default_tasks, request_seed
@@ -33,6 +35,7 @@ pytestmark = [
 ]
 
 HOUSEHOLD = "agentgym/Household-v0"
+GUESS = "agentgym/GuessNumber-v0"
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +207,6 @@ async def test_lora_hot_load_changes_outputs_and_unload_restores(
 
 
 async def test_config_connects_to_base_url(server: VLLMServer) -> None:
-    from hydra.utils import instantiate
 
     cfg = compose_eval_config(["policy=vllm", f"policy.base_url={server.base_url}"])
     policy = instantiate(cfg.policy)
@@ -218,7 +220,6 @@ async def test_config_connects_to_base_url(server: VLLMServer) -> None:
 
 async def test_server_killed_mid_collect_isolates_episodes_and_cleans_up() -> None:
     """A dedicated server (launched through the Hydra config) crashes while episodes run."""
-    from hydra.utils import instantiate
 
     cfg = compose_eval_config(["policy=vllm", "policy.backoff=0.05", "policy.timeout=60"])
     policy = instantiate(cfg.policy)
@@ -465,3 +466,67 @@ async def test_retries_429() -> None:
         [generation] = await policy.generate([GenerationRequest(messages=CHATS[1])])
         await policy.aclose()
     assert len(stub.requests) == 2 and generation.response_ids == StubServer.RESPONSE_IDS
+
+
+def _chat_request(seed: int | None = None, **sampling: Any) -> GenerationRequest:
+    return GenerationRequest(messages=CHATS[1], seed=seed, sampling=SamplingParams(**sampling))
+
+
+# --- OpenAIPolicy (chat completions) against the same server ------------------------------------
+
+
+class TestOpenAIPolicy:
+    """OpenAIPolicy on the module's ``server``."""
+
+    async def test_chat_completions(self, server: Any) -> None:
+        policy = OpenAIPolicy(f"{server.base_url}/v1", MODEL)
+        await policy.check()
+        plain = await policy.generate(
+            [
+                _chat_request(seed=1, max_tokens=6, temperature=0.0),
+                _chat_request(seed=2, max_tokens=6, temperature=1.0),
+            ]
+        )
+        assert all(g.text and g.finish_reason in ("stop", "length") for g in plain)
+        assert all(g.response_ids == g.logprobs == [] for g in plain)  # not asked for
+        tokens = OpenAIPolicy(
+            f"{server.base_url}/v1", MODEL, extra_body={"return_token_ids": True, "logprobs": True}
+        )
+        [traced] = await tokens.generate([_chat_request(seed=1, max_tokens=6, temperature=0.0)])
+        assert traced.text == plain[0].text  # greedy
+        assert 1 <= len(traced.response_ids) == len(traced.logprobs) <= 6
+        assert all(x <= 0 for x in traced.logprobs)
+        assert traced.prompt_ids == encode_chat(load_tokenizer(MODEL), CHATS[1])
+        await policy.aclose()
+        await tokens.aclose()
+
+    async def test_unserved_model_fails_check(self, server: Any) -> None:
+        policy = OpenAIPolicy(f"{server.base_url}/v1", "no-such-model")
+        with pytest.raises(PolicyUnavailable) as error:
+            await policy.check()
+        await policy.aclose()
+        assert "'no-such-model' is not served" in str(error.value)
+        assert f"{server.base_url}/v1/models" in str(error.value) and MODEL in str(error.value)
+
+    async def test_rollout_from_config(self, server: Any) -> None:
+        cfg = compose_eval_config(
+            [
+                "policy=openai",
+                f"policy.base_url={server.base_url}/v1",
+                f"policy.model={MODEL}",
+                "policy.api_key_env=null",
+            ]
+        )
+        policy = instantiate(cfg.policy)
+        await policy.check()
+        episodes = await acollect(
+            GUESS,
+            policy,
+            default_tasks(2),
+            max_turns=2,
+            progress=False,
+            sampling=SamplingParams(max_tokens=8),
+        )
+        await policy.aclose()
+        assert [e.error for e in episodes] == [None, None]
+        assert all(1 <= e.num_turns <= 2 and e.turns[0].response_text for e in episodes)

@@ -1,5 +1,5 @@
-"""What the vLLM tests share (policies/test_vllm_policy.py, policies/test_openai_policy.py): the
-model served and chats to send. The server they share is a fixture of tests/policies/conftest.py."""
+"""What the policy tests share (policies/test_vllm_policy.py, policies/test_openai_policy.py): the
+model served and chats to send. The vLLM server is a fixture of tests/policies/conftest.py."""
 
 from __future__ import annotations
 
