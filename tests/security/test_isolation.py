@@ -5,10 +5,11 @@ own bubblewrap sandbox on this host), under ``sandbox="local"`` (the env server 
 each session's sandbox nested in it) and ``sandbox="docker"`` (the env server in the tooluse
 image, each session's sandbox nested in the container), on this machine's daemon and on a
 remote one (``docker-remote``: a second daemon reached over TCP with TLS, see ``remote_daemon``;
-``docker-ssh``: the same daemon reached over SSH, see ``ssh_host``). Two
-sessions share one server, as they do in a pool. Each attack must fail; the step answers the
-agent (``info["error"]`` unset, the episode going on); the attacking session and the other one
-still answer; nothing is left running or on disk (the ``no_leftovers`` fixture).
+``docker-ssh``: the same daemon reached over SSH, see ``ssh_host``). Two sessions share one
+server, as they do in a pool, and each backend's tests share that server (each test with new
+sessions). Each attack must fail; the step answers the agent (``info["error"]`` unset, the
+episode going on); the attacking session and the other one still answer; nothing is left running
+or on disk (the ``no_leftovers`` fixture).
 
 Regressions of the breaks found by hand at d8cc9ee: tool code read and rewrote another
 session's workspace, ``setsid sleep 987 &`` survived reset, ``os.kill(os.getppid(), 9)`` and
@@ -34,7 +35,6 @@ from agentgym.envs.tooluse.env import WORKSPACE_BYTES, ToolUseEnv
 from agentgym.hosting import EnvServerPool
 from agentgym.sandbox import LocalSandbox, build_images, image_for
 from agentgym.sandbox.local import bwrap_usable
-from agentgym.sandbox.spec import Backend
 
 from support import ROOT, unavailable
 from support.hostile import HOSTILE, TOOLUSE_BREAKS
@@ -58,13 +58,14 @@ DOCKER = pytest.mark.docker
 
 
 @pytest.fixture(
+    scope="module",  # each backend's tests run together, on one pool (``servers``)
     params=[
         "in-process",
         "local",
         pytest.param("docker", marks=DOCKER),
         pytest.param("docker-remote", marks=DOCKER),
         pytest.param("docker-ssh", marks=DOCKER),
-    ]
+    ],
 )
 def backend(request: pytest.FixtureRequest) -> Placement:
     if (problem := bwrap_usable()) is not None:
@@ -86,17 +87,36 @@ def remote_tooluse(remote_daemon: str) -> str:
     return remote_daemon
 
 
-@contextlib.contextmanager
-def two_sessions(backend: Placement, remote: str | None = None) -> Iterator[tuple[Any, Any]]:
-    """Two ToolUse sessions, reset; under a sandbox backend on one env server (on the Docker
-    daemon at ``remote``, if given)."""
+@pytest.fixture(scope="module")
+def servers(backend: Placement, request: pytest.FixtureRequest) -> Iterator[EnvServerPool | None]:
+    """The backend's env-server pool (None in process), shared by the module's tests: each test's
+    sessions are new ones on the same server, which has served the earlier tests' attacks, as a
+    pool's server serves one session after another. A session of its own keeps that server up
+    between the tests."""
+    if backend == "in-process":
+        yield None
+        return
+    hosts: list[str] = []
+    if backend == "docker-remote":
+        hosts = [request.getfixturevalue("remote_tooluse")]
+    elif backend == "docker-ssh":
+        request.getfixturevalue("remote_tooluse")
+        hosts = [request.getfixturevalue("ssh_host").url]
+    with EnvServerPool("local" if backend == "local" else "docker", docker_hosts=hosts) as pool:
+        keeper = pool.make(TOOLUSE, KWARGS)
+        try:
+            yield pool
+        finally:
+            keeper.close()
+
+
+@pytest.fixture
+def sessions(servers: EnvServerPool | None) -> Iterator[tuple[Any, Any]]:
+    """Two ToolUse sessions, reset; under a sandbox backend on one env server."""
     with contextlib.ExitStack() as stack:
-        if backend == "in-process":
+        if servers is None:
             a, b = agentgym.make(TOOLUSE, **KWARGS), agentgym.make(TOOLUSE, **KWARGS)
         else:
-            hosts = [remote] if remote is not None else []
-            kind: Backend = "local" if backend == "local" else "docker"
-            servers = stack.enter_context(EnvServerPool(kind, docker_hosts=hosts))
             a, b = servers.make(TOOLUSE, KWARGS), servers.make(TOOLUSE, KWARGS)
             assert servers.sandbox_of(a) is servers.sandbox_of(b)
         stack.callback(b.close)
@@ -104,15 +124,6 @@ def two_sessions(backend: Placement, remote: str | None = None) -> Iterator[tupl
         a.reset(seed=0)
         b.reset(seed=1)
         yield a, b
-
-
-@pytest.fixture
-def sessions(backend: Placement, request: pytest.FixtureRequest) -> Iterator[tuple[Any, Any]]:
-    remote = request.getfixturevalue("remote_tooluse") if backend.startswith("docker-") else None
-    if backend == "docker-ssh":
-        remote = request.getfixturevalue("ssh_host").url
-    with two_sessions(backend, remote) as pair:
-        yield pair
 
 
 def call(env: Any, tool: str, **arguments: Any) -> str:
