@@ -86,7 +86,7 @@ class HFPolicy:
             module
             if module is not None
             else AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=_DTYPES[dtype])
-            .to(self.device)  # type: ignore[arg-type]
+            .to(self.device)
             .eval()
         )
         self.eos_ids = torch.tensor(sorted(_eos_ids(self.tokenizer, self.model)), device=self.device)

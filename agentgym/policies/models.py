@@ -48,9 +48,9 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    # The loaded model is plain fp32; drop the GGUF quantization marks so that it saves as such.
-    # from_pretrained sets hf_quantizer; transformers' model type does not declare it.
-    model.hf_quantizer = None  # type: ignore[assignment]
+    # The loaded model is plain fp32; drop the GGUF quantization marks (from_pretrained sets
+    # hf_quantizer) so that it saves as such.
+    model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     out.parent.mkdir(parents=True, exist_ok=True)
