@@ -52,6 +52,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentgym._version import __version__
+from agentgym.server import limits
 from agentgym.server.auth import BearerAuth, NoBrowsers
 from agentgym.server.bodies import (
     CreateBody,
@@ -96,10 +97,10 @@ class ServerConfig:
             socket only).
     """
 
-    max_sessions: int = 4096
-    idle_timeout_s: float = 600.0
-    max_body_bytes: int = 1 << 20
-    step_timeout_s: float = 600.0
+    max_sessions: int = limits.MAX_SESSIONS
+    idle_timeout_s: float = limits.IDLE_TIMEOUT_S
+    max_body_bytes: int = limits.MAX_BODY_BYTES
+    step_timeout_s: float = limits.STEP_TIMEOUT_S
     env_allowlist: frozenset[str] | None = None
     allow_entry_points: bool = False
     allowed_kwargs: frozenset[str] | None = frozenset()

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from agentgym.server import limits
+
 __all__ = ["add_arguments", "main", "run"]
 
 
@@ -33,28 +35,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-sessions",
         type=int,
-        default=4096,
+        default=limits.MAX_SESSIONS,
         metavar="N",
         help="sessions open at once (default %(default)s)",
     )
     parser.add_argument(
         "--idle-timeout",
         type=float,
-        default=600.0,
+        default=limits.IDLE_TIMEOUT_S,
         metavar="S",
         help="seconds after which an idle session is closed (default %(default)s)",
     )
     parser.add_argument(
         "--max-body-bytes",
         type=int,
-        default=1 << 20,
+        default=limits.MAX_BODY_BYTES,
         metavar="B",
         help="largest request body (default %(default)s)",
     )
     parser.add_argument(
         "--step-timeout",
         type=float,
-        default=600.0,
+        default=limits.STEP_TIMEOUT_S,
         metavar="S",
         help="longest reset or step; past it the session is closed (default %(default)s)",
     )
@@ -105,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--head-timeout",
         type=_seconds,
-        default=10.0,
+        default=limits.HEAD_TIMEOUT_S,
         metavar="S",
         help="seconds a connection has to send a request's line and headers; past it the "
         "request is answered 408 and the connection closed (default %(default)s)",
@@ -113,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--body-timeout",
         type=_seconds,
-        default=60.0,
+        default=limits.BODY_TIMEOUT_S,
         metavar="S",
         help="seconds a request has to send its body once its headers are in; past it the "
         "request is answered 408 and the connection closed (default %(default)s)",

@@ -29,6 +29,7 @@ from typing import Any
 import uvicorn
 
 from agentgym.files import atomic_write
+from agentgym.server import limits
 from agentgym.server.app import ServerConfig, create_app
 from agentgym.server.auth import check_bind, server_token
 
@@ -53,10 +54,10 @@ class RequestTimeouts:
     """How long a client may take to send a request; past either time the request is answered
     408 (unless its answer has begun) and its connection closed."""
 
-    head_s: float = 10.0
+    head_s: float = limits.HEAD_TIMEOUT_S
     """Seconds for a request line and headers, from when the connection opens and, kept
     alive, from the first byte of each later request."""
-    body_s: float = 60.0
+    body_s: float = limits.BODY_TIMEOUT_S
     """Seconds from the end of a head to the end of its body; time in which the server is not
     reading (busy with the request before it on the connection) does not count."""
 
@@ -226,10 +227,10 @@ def serve(
     port: int = 8000,
     *,
     uds: str | os.PathLike[str] | None = None,
-    max_sessions: int = 4096,
-    idle_timeout_s: float = 600.0,
-    max_body_bytes: int = 1 << 20,
-    step_timeout_s: float = 600.0,
+    max_sessions: int = limits.MAX_SESSIONS,
+    idle_timeout_s: float = limits.IDLE_TIMEOUT_S,
+    max_body_bytes: int = limits.MAX_BODY_BYTES,
+    step_timeout_s: float = limits.STEP_TIMEOUT_S,
     env_allowlist: Iterable[str] | None = None,
     allow_entry_points: bool = False,
     allowed_kwargs: Iterable[str] | None = (),
