@@ -59,6 +59,41 @@ def _answer_ids(tokenizer: Any, template: str, answer: str) -> tuple[list[int], 
     return list(enc["input_ids"]), span[0], span[-1] + 1
 
 
+@dataclass
+class _Chain:
+    """Contexts of one episode, each a token prefix of the next."""
+
+    context: list[int]
+    """The longest context's prompt ids."""
+    members: list[tuple[int, int]]
+    """(index among the batch's contexts, prompt length) of every context of the chain."""
+    answer: tuple[list[int], int, int]
+    """The filled template's ids and the answer's [start, end) span in them."""
+
+
+def _chains(
+    tokenizer: Any, prompter: Any, episodes: Sequence[Episode], answers: Sequence[str], template: str
+) -> list[_Chain]:
+    """The contexts of ``episodes``, in order, as chains: a context joins the chain before it
+    when that chain's longest context is a token prefix of it (checked, not assumed)."""
+    if len(answers) != len(episodes):
+        raise ValueError(f"one answer per episode: {len(answers)} answers, {len(episodes)} episodes")
+    chains: list[_Chain] = []
+    index = 0
+    for episode, answer in zip(episodes, answers):
+        filled, chain = _answer_ids(tokenizer, template, answer), None
+        for chat in _contexts(prompter, episode):
+            prompt = encode_chat(tokenizer, chat)
+            if chain is not None and prompt[: len(chain.context)] == chain.context:
+                chain.context = prompt
+                chain.members.append((index, len(prompt)))
+            else:
+                chain = _Chain(prompt, [(index, len(prompt))], filled)
+                chains.append(chain)
+            index += 1
+    return chains
+
+
 def scoring_sequences(
     tokenizer: Any,
     prompter: Any,
@@ -68,14 +103,11 @@ def scoring_sequences(
 ) -> list[tuple[list[int], int, int]]:
     """For every episode and context, (token ids, span start, span end) with the span indexing
     the answer's tokens inside the ids."""
-    if len(answers) != len(episodes):
-        raise ValueError(f"one answer per episode: {len(answers)} answers, {len(episodes)} episodes")
     out = []
-    for episode, answer in zip(episodes, answers):
-        ans_ids, start, end = _answer_ids(tokenizer, template, answer)
-        for chat in _contexts(prompter, episode):
-            prompt = encode_chat(tokenizer, chat)
-            out.append((prompt + ans_ids, len(prompt) + start, len(prompt) + end))
+    for chain in _chains(tokenizer, prompter, episodes, answers, template):
+        filled, start, end = chain.answer
+        for _, length in chain.members:
+            out.append((chain.context[:length] + filled, length + start, length + end))
     return out
 
 
@@ -94,39 +126,6 @@ def _to_rows(episodes: Sequence[Episode], flat: list[float]) -> tuple[np.ndarray
         else:
             initial.append(0.0)
     return np.asarray(rows, dtype=np.float64), np.asarray(initial, dtype=np.float64)
-
-
-@dataclass
-class _Chain:
-    """Contexts of one episode, each a token prefix of the next."""
-
-    context: list[int]
-    """The longest context's prompt ids."""
-    members: list[tuple[int, int]]
-    """(index among the batch's contexts, prompt length) of every context of the chain."""
-    answer: tuple[list[int], int, int]
-    """The filled template's ids and the answer's [start, end) span in them."""
-
-
-def _chains(
-    tokenizer: Any, prompter: Any, episodes: Sequence[Episode], answers: Sequence[str], template: str
-) -> list[_Chain]:
-    if len(answers) != len(episodes):
-        raise ValueError(f"one answer per episode: {len(answers)} answers, {len(episodes)} episodes")
-    chains: list[_Chain] = []
-    index = 0
-    for episode, answer in zip(episodes, answers):
-        filled, chain = _answer_ids(tokenizer, template, answer), None
-        for chat in _contexts(prompter, episode):
-            prompt = encode_chat(tokenizer, chat)
-            if chain is not None and prompt[: len(chain.context)] == chain.context:
-                chain.context = prompt
-                chain.members.append((index, len(prompt)))
-            else:
-                chain = _Chain(prompt, [(index, len(prompt))], filled)
-                chains.append(chain)
-            index += 1
-    return chains
 
 
 @torch.no_grad()
