@@ -15,8 +15,9 @@ observation), so each is a token prefix of the next until the prompter's history
 turn. Such a chain runs through the model once, as its longest context (left-padded beside the
 other chains of a micro-batch bounded by a token budget, with the prefix that every chain of the
 micro-batch starts with run once); its keys and values are then repeated for every context of the
-chain, and only the answer goes through the model again, attending to its context's part of the
-cache. :func:`naive_answer_scores` is the one-sequence-at-a-time reference.
+chain (a chain is cut where those copies would pass the token budget), and only the answer goes
+through the model again, attending to its context's part of the cache.
+:func:`naive_answer_scores` is the one-sequence-at-a-time reference.
 """
 
 from __future__ import annotations
@@ -94,6 +95,15 @@ def _chains(
     return chains
 
 
+def _within(chain: _Chain, budget: int) -> list[_Chain]:
+    """``chain`` cut into chains of at most ``budget`` // its length contexts (one at least):
+    the answer pass repeats a chain's cache for each of its contexts, and so stays within the
+    token budget."""
+    size = max(1, budget // (len(chain.context) + len(chain.answer[0])))
+    parts = [chain.members[i : i + size] for i in range(0, len(chain.members), size)]
+    return [_Chain(chain.context[: part[-1][1]], part, chain.answer) for part in parts]
+
+
 def scoring_sequences(
     tokenizer: Any,
     prompter: Any,
@@ -141,7 +151,11 @@ def answer_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """IGPO scores for a batch: (per-row v_t after each turn, per-episode v_0), as
     :func:`agentgym.trainers.credit.igpo` takes them. Batched; see the module docstring."""
-    chains = _chains(tokenizer, prompter, episodes, answers, template)
+    chains = [
+        part
+        for chain in _chains(tokenizer, prompter, episodes, answers, template)
+        for part in _within(chain, token_budget)
+    ]
     device = next(model.parameters()).device
     scores = [0.0] * sum(len(c.members) for c in chains)
     lengths = [len(c.context) + len(c.answer[0]) for c in chains]

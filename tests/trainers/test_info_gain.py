@@ -52,8 +52,9 @@ def test_batched_equals_naive(model_and_tokenizer):
     prompter = Prompter(family="search", history=2, action_tag="search")
     episodes = [episode(0, 3), episode(1, 1), episode(2, 4), episode(0, 3)]
     answers = ["Marne", "Marn", "the city of Marnee", "Marne"]
-    # one micro-batch, several, and the repeated episode alone
-    for chosen, budget in (([0, 1, 2, 3], 100_000), ([0, 1, 2, 3], 600), ([0, 3], 100_000)):
+    # one micro-batch, several, chains cut to one context each, and the repeated episode alone
+    every = [0, 1, 2, 3]
+    for chosen, budget in ((every, 100_000), (every, 600), (every, 200), ([0, 3], 100_000)):
         these, their_answers = [episodes[i] for i in chosen], [answers[i] for i in chosen]
         got = answer_scores(model, tokenizer, prompter, these, their_answers, token_budget=budget)
         want = naive_answer_scores(model, tokenizer, prompter, these, their_answers)
