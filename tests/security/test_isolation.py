@@ -46,6 +46,7 @@ from support.sandboxes import (
     eventually,
     host_tcp_server,
     memory_bomb,
+    nothing_left,
 )
 
 pytestmark = pytest.mark.usefixtures("no_leftovers")
@@ -92,7 +93,7 @@ def servers(backend: Placement, request: pytest.FixtureRequest) -> Iterator[EnvS
     """The backend's env-server pool (None in process), shared by the module's tests: each test's
     sessions are new ones on the same server, which has served the earlier tests' attacks, as a
     pool's server serves one session after another. A session of its own keeps that server up
-    between the tests."""
+    between the tests; once the pool is closed, nothing of it may be left."""
     if backend == "in-process":
         yield None
         return
@@ -102,7 +103,10 @@ def servers(backend: Placement, request: pytest.FixtureRequest) -> Iterator[EnvS
     elif backend == "docker-ssh":
         request.getfixturevalue("remote_tooluse")
         hosts = [request.getfixturevalue("ssh_host").url]
-    with EnvServerPool("local" if backend == "local" else "docker", docker_hosts=hosts) as pool:
+    with (
+        nothing_left(f"the {backend} pool"),
+        EnvServerPool("local" if backend == "local" else "docker", docker_hosts=hosts) as pool,
+    ):
         keeper = pool.make(TOOLUSE, KWARGS)
         try:
             yield pool

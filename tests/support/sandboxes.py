@@ -314,16 +314,23 @@ def _serial_group(node: pytest.Item) -> str | None:
     return marker.args[0] if marker is not None and marker.args else None
 
 
+@contextlib.contextmanager
+def nothing_left(what: str, with_dead_owners: bool = False) -> Iterator[None]:
+    """Fails if ``what`` (the code inside) leaves a sandbox host dir, cgroup, process or
+    container behind; cgroups of dead owners count too if ``with_dead_owners``."""
+    before = _snapshot(with_dead_owners)
+    yield
+    deadline = time.monotonic() + 10  # auto-removal of killed containers is asynchronous
+    while (left := _leftovers(before, with_dead_owners)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"{what} left behind: {left}"
+
+
 @pytest.fixture
 def no_leftovers(request: pytest.FixtureRequest) -> Iterator[None]:
     """After each test: no sandbox host dir, cgroup, process or container that it created."""
-    dead_owners = WORKER is None or _serial_group(request.node) == "sandbox"
-    before = _snapshot(dead_owners)
-    yield
-    deadline = time.monotonic() + 10  # auto-removal of killed containers is asynchronous
-    while (left := _leftovers(before, dead_owners)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not left, f"the test left behind: {left}"
+    with nothing_left("the test", WORKER is None or _serial_group(request.node) == "sandbox"):
+        yield
 
 
 # --- the backends ----------------------------------------------------------------------------------
