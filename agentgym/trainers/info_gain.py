@@ -168,25 +168,28 @@ def answer_scores(
         )
         width = positions.shape[1]
         shared = mask.shape[1] - width  # the cache: the shared prefix, then the left-padded rest
-        rows = [(k, length) for k, chain in enumerate(batch) for _, length in chain.members]
+        # (chain in the batch, context's index among all, context's length) of each answer row
+        rows = [(k, index, length) for k, chain in enumerate(batch) for index, length in chain.members]
         tail = 1 + max(len(c.answer[0]) for c in batch)
         inputs = torch.full((len(rows), tail), tokenizer.pad_token_id, dtype=torch.long)
         seen = torch.zeros((len(rows), shared + width + tail), dtype=torch.long)
-        for row, (k, length) in enumerate(rows):
-            context, (filled, _, _) = batch[k].context, batch[k].answer
+        span = torch.zeros((len(rows), tail - 1), dtype=torch.bool)  # the answer's own predictions
+        for row, (k, _, length) in enumerate(rows):
+            context, (filled, start, end) = batch[k].context, batch[k].answer
             inputs[row, : 1 + len(filled)] = torch.tensor([context[length - 1], *filled])
-            seen_prefix, rest = length - 1, len(context) - 1 - shared  # this context's cached part
-            seen[row, : min(shared, seen_prefix)] = 1
-            start = shared + width - rest
-            seen[row, start : start + max(0, seen_prefix - shared)] = 1
+            cached, rest = length - 1, len(context) - 1 - shared  # this context's cached part
+            seen[row, : min(shared, cached)] = 1
+            rest_start = shared + width - rest
+            seen[row, rest_start : rest_start + max(0, cached - shared)] = 1
             seen[row, shared + width : shared + width + 1 + len(filled)] = 1
-        cache.batch_select_indices(torch.tensor([k for k, _ in rows], device=device))
-        lengths_before = torch.tensor([length - 1 for _, length in rows])
+            span[row, start:end] = True
+        cache.batch_select_indices(torch.tensor([k for k, _, _ in rows], device=device))
+        before = torch.tensor([length - 1 for _, _, length in rows])
         logits = (
             model(
                 input_ids=inputs.to(device),
                 attention_mask=seen.to(device),
-                position_ids=(lengths_before[:, None] + torch.arange(tail)).to(device),
+                position_ids=(before[:, None] + torch.arange(tail)).to(device),
                 past_key_values=cache,
                 use_cache=True,
             )
@@ -195,12 +198,10 @@ def answer_scores(
         )
         # Column j of the answer pass predicts the filled template's token j.
         logprobs = torch.log_softmax(logits, -1).gather(-1, inputs[:, 1:, None].to(device)).squeeze(-1)
-        row = 0
-        for chain in batch:
-            _, start, end = chain.answer
-            for index, _ in chain.members:
-                scores[index] = logprobs[row, start:end].mean().item()
-                row += 1
+        span = span.to(device)
+        means = (logprobs.where(span, 0.0).sum(-1) / span.sum(-1)).tolist()
+        for (_, index, _), value in zip(rows, means):
+            scores[index] = value
     return _to_rows(episodes, scores)
 
 

@@ -46,7 +46,7 @@ import torch
 
 from agentgym.episode import Episode
 from agentgym.files import atomic_path
-from agentgym.policies.batching import left_pad, prefix_cached
+from agentgym.policies.batching import left_pad, prefill
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World, full, is_shard, shard
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
@@ -335,17 +335,7 @@ class Learner:
             cache, attention = None, suffix_mask
             if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
                 # what every prefix starts with (a system prompt) runs once, then each prefix
-                cache, prefix_ids, prefix_mask, prefix_positions = prefix_cached(
-                    model, list(distinct), 0, self.device
-                )
-                cache = model(
-                    input_ids=prefix_ids,
-                    attention_mask=prefix_mask,
-                    position_ids=prefix_positions,
-                    past_key_values=cache,
-                    use_cache=True,
-                    logits_to_keep=1,
-                ).past_key_values
+                _, cache, prefix_mask, _ = prefill(model, list(distinct), 0, self.device)
                 cache.batch_select_indices(which)
                 attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
             positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
