@@ -22,10 +22,10 @@ from omegaconf import OmegaConf
 from agentgym.harness.eval import compose_eval_config
 from agentgym.policies.openai import OpenAIPolicy, OpenAIRequestError
 from agentgym.policies.scripted import ScriptedPolicy, first_admissible
-from agentgym.policy import GenerationRequest, PolicyUnavailable, SamplingParams
+from agentgym.policy import GenerationRequest, PolicyUnavailable
 from agentgym.rollout import acollect, default_tasks
 
-from support.vllm import CHATS
+from support.vllm import CHATS, chat_request
 
 KEY_ENV = "AGENTGYM_TEST_API_KEY"
 KEY = "sk-test-0123456789abcdef-do-not-leak"
@@ -124,10 +124,6 @@ def stub() -> Iterator[StubAPI]:
         yield api
 
 
-def _request(seed: int | None = None, **sampling: Any) -> GenerationRequest:
-    return GenerationRequest(messages=CHATS[1], seed=seed, sampling=SamplingParams(**sampling))
-
-
 # --- OpenAIPolicy: keys, failures, the request body (stub API) ----------------------------------
 
 
@@ -138,7 +134,7 @@ async def test_key_is_sent_as_bearer_and_never_shown(monkeypatch: pytest.MonkeyP
         with pytest.raises(PolicyUnavailable) as refused:
             await policy.check()
         with pytest.raises(OpenAIRequestError) as failed:
-            await policy.generate([_request()])
+            await policy.generate([chat_request()])
         await policy.aclose()
     assert [r[2].get("Authorization") for r in api.requests] == [f"Bearer {KEY}"] * 2
     assert len(api.requests) == 2  # a 401 is not retried
@@ -178,9 +174,9 @@ async def test_retries_429_and_sends_the_request_fields() -> None:
     with StubAPI([429, 503, 200]) as api:
         policy = OpenAIPolicy(api.url, "stub-model", api_key_env=None, backoff=0.01, extra_body={"top_k": 5})
         [generation] = await policy.generate(
-            [_request(seed=7, max_tokens=9, temperature=0.3, top_p=0.9, stop=("</action>",))]
+            [chat_request(seed=7, max_tokens=9, temperature=0.3, top_p=0.9, stop=("</action>",))]
         )
-        [unseeded] = await policy.generate([_request()])
+        [unseeded] = await policy.generate([chat_request()])
         await policy.aclose()
     assert [r[:2] for r in api.requests] == [("POST", "/v1/chat/completions")] * 4
     assert api.requests[2][3] == {
@@ -203,7 +199,7 @@ async def test_persistent_5xx_raises_after_retries() -> None:
     with StubAPI([500]) as api:
         policy = OpenAIPolicy(api.url, "stub-model", max_retries=2, backoff=0.01)
         with pytest.raises(OpenAIRequestError, match="failed after 3 attempts: HTTP 500"):
-            await policy.generate([_request()])
+            await policy.generate([chat_request()])
         await policy.aclose()
     assert len(api.requests) == 3
 
@@ -211,7 +207,7 @@ async def test_persistent_5xx_raises_after_retries() -> None:
 async def test_max_concurrency_bounds_requests_in_flight() -> None:
     with StubAPI(delay=0.2) as api:
         policy = OpenAIPolicy(api.url, "stub-model", max_concurrency=2)
-        generations = await policy.generate([_request(seed=i) for i in range(6)])
+        generations = await policy.generate([chat_request(seed=i) for i in range(6)])
         await policy.aclose()
     assert len(generations) == len(api.requests) == 6 and api.peak == 2
 

@@ -27,7 +27,7 @@ from agentgym.policies.vllm import VLLMPolicy, VLLMRequestError, VLLMServer, VLL
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, collect, default_tasks, request_seed
 
-from support.vllm import CHATS, MODEL
+from support.vllm import CHATS, MODEL, chat_request
 
 pytestmark = [
     pytest.mark.vllm,
@@ -468,10 +468,6 @@ async def test_retries_429() -> None:
     assert len(stub.requests) == 2 and generation.response_ids == StubServer.RESPONSE_IDS
 
 
-def _chat_request(seed: int | None = None, **sampling: Any) -> GenerationRequest:
-    return GenerationRequest(messages=CHATS[1], seed=seed, sampling=SamplingParams(**sampling))
-
-
 # --- OpenAIPolicy (chat completions) against the same server ------------------------------------
 
 
@@ -483,8 +479,8 @@ class TestOpenAIPolicy:
         await policy.check()
         plain = await policy.generate(
             [
-                _chat_request(seed=1, max_tokens=6, temperature=0.0),
-                _chat_request(seed=2, max_tokens=6, temperature=1.0),
+                chat_request(seed=1, max_tokens=6, temperature=0.0),
+                chat_request(seed=2, max_tokens=6, temperature=1.0),
             ]
         )
         assert all(g.text and g.finish_reason in ("stop", "length") for g in plain)
@@ -492,7 +488,7 @@ class TestOpenAIPolicy:
         tokens = OpenAIPolicy(
             f"{server.base_url}/v1", MODEL, extra_body={"return_token_ids": True, "logprobs": True}
         )
-        [traced] = await tokens.generate([_chat_request(seed=1, max_tokens=6, temperature=0.0)])
+        [traced] = await tokens.generate([chat_request(seed=1, max_tokens=6, temperature=0.0)])
         assert traced.text == plain[0].text  # greedy
         assert 1 <= len(traced.response_ids) == len(traced.logprobs) <= 6
         assert all(x <= 0 for x in traced.logprobs)

@@ -3,6 +3,10 @@ model served and chats to send. The vLLM server is a fixture of tests/policies/c
 
 from __future__ import annotations
 
+from typing import Any
+
+from agentgym.policy import GenerationRequest, SamplingParams
+
 MODEL = "smollm2-135m"
 """The embedded model, which the vLLM server serves."""
 CHATS = [
@@ -12,3 +16,8 @@ CHATS = [
     ],
     [{"role": "user", "content": "Name three colours of the rainbow."}],
 ]
+
+
+def chat_request(seed: int | None = None, **sampling: Any) -> GenerationRequest:
+    """A request for ``CHATS[1]`` with ``sampling`` (:class:`SamplingParams` fields)."""
+    return GenerationRequest(messages=CHATS[1], seed=seed, sampling=SamplingParams(**sampling))
