@@ -286,8 +286,6 @@ async def step_parallel(
         answers.update(
             zip(waiting, await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in waiting)))
         )
-    else:  # no seat waited: let the loop run (other games and sessions, timeouts, Ctrl-C)
-        await asyncio.sleep(0)
     actions = {**{a: answers[a] for a in acting}, **given}
     start = time.perf_counter()
     observations, rewards, terminations, truncations, step_infos = await _call(env, "step", actions)
@@ -335,8 +333,6 @@ async def _play_aec(
             seats[agent].finish(info, terminated, truncated)
             continue
         action = await seats[agent].act(observation, info)
-        if seats[agent].batcher.inline:  # it did not wait: let the loop run
-            await asyncio.sleep(0)
         start = time.perf_counter()
         env.step(action)
         infos[agent] = env.infos.get(agent, info)

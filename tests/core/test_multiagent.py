@@ -4,12 +4,13 @@ seats and games, reproducibility and failure isolation."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from agentgym.multiagent import WholeResponse, collect, default_prompter
 from agentgym.policy import Generation, GenerationRequest
-from agentgym.rollout import Task
+from agentgym.rollout import RequestBatcher, Task
 
 from fixtures.parallel_env import CounterParallelEnv
 
@@ -95,13 +96,15 @@ def test_an_inline_policy_answers_each_request_alone_and_batched_seats_still_sha
 
 
 def test_games_of_inline_seats_take_turns_on_the_event_loop():
-    """No seat waits on a batch, yet a game gives the loop back after every step: concurrent
-    games interleave (and a timeout or Ctrl-C is not held back until every game has ended)."""
+    """No seat waits on a batch, yet a game gives the loop back once it has run a time slice
+    (here every step takes longer): concurrent games interleave (and a timeout or Ctrl-C is not
+    held back until every game has ended)."""
     steps: list[int] = []
 
     class Logged(CounterParallelEnv):
         def step(self, actions):
             steps.append(id(self))
+            time.sleep(2 * RequestBatcher.time_slice)
             return super().step(actions)
 
     collect(lambda: Logged(max_cycles=4), Rules(), [Task(None, 0), Task(None, 1)], progress=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -225,13 +226,14 @@ def test_batcher_rejects_wrong_generation_count(inline):
 
 def test_episodes_of_an_inline_policy_take_turns_on_the_event_loop():
     """An inline policy and an env that steps on the loop never wait, yet an episode gives the
-    loop back after every turn: concurrent episodes interleave (and a timeout or Ctrl-C is not
-    held back until every episode has ended)."""
+    loop back once it has run a time slice (here every step takes longer): concurrent episodes
+    interleave (and a timeout or Ctrl-C is not held back until every episode has ended)."""
     steps: list[int] = []
 
     class Logged(ProbeEnv):
         def step(self, action):
             steps.append(id(self))
+            time.sleep(2 * RequestBatcher.time_slice)
             return super().step(action)
 
     collect(Logged, ScriptedPolicy(lambda obs, info: "x"), default_tasks(2), max_turns=3, progress=False)
