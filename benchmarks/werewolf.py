@@ -9,8 +9,8 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
   nothing else);
 - ``agentgym.multiagent.collect`` with the bots as a policy (requests, prompts, recording every
   seat's episode), up to 64 games at once, then one game at a time. The bots are an inline
-  policy (they await nothing), so each request is answered as it is made, without a batch; a
-  game yields to the event loop once a step;
+  policy (they await nothing), so each request is answered as it is made, without a batch; the
+  event loop gets a turn once a 5 ms time slice has passed;
 - ``collect`` with a zero-latency scripted policy (the first admissible answer), timing the
   env's ``reset``/``step`` inside it: the engine's share is that time over the wall time.
 
