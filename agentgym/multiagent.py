@@ -280,6 +280,8 @@ async def step_parallel(
     acting = [
         a for a in env.agents if a in seats and a not in given and infos[a].get("action_required", True)
     ]
+    if not acting:  # no request, so no batcher to yield: let the loop run (other games, Ctrl-C)
+        await asyncio.sleep(0)
     answers = {a: await seats[a].act(observations[a], infos[a]) for a in acting if seats[a].batcher.inline}
     waiting = [a for a in acting if a not in answers]
     if waiting:

@@ -112,6 +112,29 @@ def test_games_of_inline_seats_take_turns_on_the_event_loop():
     assert first != second and steps == [first, second] * 4
 
 
+def test_games_in_which_no_seat_acts_take_turns_on_the_event_loop():
+    """Steps in which no agent must act ask no policy, so no batcher yields: the game gives the
+    loop back after each such step itself."""
+    steps: list[int] = []
+
+    def idle(infos):
+        return {agent: {**info, "action_required": False} for agent, info in infos.items()}
+
+    class Idle(CounterParallelEnv):
+        def reset(self, seed=None, options=None):
+            observations, infos = super().reset(seed, options)
+            return observations, idle(infos)
+
+        def step(self, actions):
+            steps.append(id(self))
+            *result, infos = super().step(actions)
+            return (*result, idle(infos))
+
+    collect(lambda: Idle(max_cycles=4), Rules(), [Task(None, 0), Task(None, 1)], progress=False)
+    first, second = steps[0], steps[1]
+    assert first != second and steps == [first, second] * 4
+
+
 def test_failed_game_is_isolated():
     games = []
     episodes = collect(
