@@ -95,44 +95,53 @@ def test_an_inline_policy_answers_each_request_alone_and_batched_seats_still_sha
     ]
 
 
-def test_games_of_inline_seats_take_turns_on_the_event_loop():
-    """No seat waits on a batch, yet a game gives the loop back once it has run a time slice
-    (here every step takes longer): concurrent games interleave (and a timeout or Ctrl-C is not
-    held back until every game has ended)."""
+def _steps_of_two_games(env_class: type[CounterParallelEnv]) -> list[int]:
+    """The game (its env's id) of each step of two concurrent 4-step games of ``env_class``,
+    every seat an inline policy."""
     steps: list[int] = []
 
-    class Logged(CounterParallelEnv):
+    class Logged(env_class):  # type: ignore[valid-type,misc]
         def step(self, actions):
             steps.append(id(self))
-            time.sleep(2 * RequestBatcher.time_slice)
             return super().step(actions)
 
     collect(lambda: Logged(max_cycles=4), Rules(), [Task(None, 0), Task(None, 1)], progress=False)
-    first, second = steps[0], steps[1]
-    assert first != second and steps == [first, second] * 4
+    return steps
 
 
-def test_games_in_which_no_seat_acts_take_turns_on_the_event_loop():
-    """Steps in which no agent must act ask no policy, so no batcher yields: the game gives the
-    loop back after each such step itself."""
-    steps: list[int] = []
+class Slow(CounterParallelEnv):
+    """Every step takes two of the batcher's time slices."""
 
-    def idle(infos):
-        return {agent: {**info, "action_required": False} for agent, info in infos.items()}
+    def step(self, actions):
+        time.sleep(2 * RequestBatcher.time_slice)
+        return super().step(actions)
 
-    class Idle(CounterParallelEnv):
-        def reset(self, seed=None, options=None):
-            observations, infos = super().reset(seed, options)
-            return observations, idle(infos)
 
-        def step(self, actions):
-            steps.append(id(self))
-            *result, infos = super().step(actions)
-            return (*result, idle(infos))
+class Idle(CounterParallelEnv):
+    """No agent ever has to act."""
 
-    collect(lambda: Idle(max_cycles=4), Rules(), [Task(None, 0), Task(None, 1)], progress=False)
-    first, second = steps[0], steps[1]
-    assert first != second and steps == [first, second] * 4
+    def reset(self, seed=None, options=None):
+        observations, infos = super().reset(seed, options)
+        return observations, _idle(infos)
+
+    def step(self, actions):
+        *result, infos = super().step(actions)
+        return (*result, _idle(infos))
+
+
+def _idle(infos):
+    return {agent: {**info, "action_required": False} for agent, info in infos.items()}
+
+
+def test_games_of_inline_seats_take_turns_on_the_event_loop():
+    """No seat waits on a batch, yet a game gives the loop back once it has run a time slice
+    (here every step takes longer), and after a step in which no seat acts (no batcher is asked
+    then): concurrent games interleave (and a timeout or Ctrl-C is not held back until every
+    game has ended)."""
+    for env_class in (Slow, Idle):
+        steps = _steps_of_two_games(env_class)
+        first, second = steps[0], steps[1]
+        assert first != second and steps == [first, second] * 4, env_class.__name__
 
 
 def test_failed_game_is_isolated():
