@@ -33,9 +33,10 @@ Info keys that multi-agent envs add to the standard ones of :class:`~agentgym.en
 | ``signals`` | ``{name: value}`` facts about the agent's last action, for ``signals=`` shaping |
 | ``metrics`` | at the end: ``{name: [hits, trials]}`` rates that the harness aggregates per role |
 
-An env may also have ``game_record()`` (the whole game as JSON values, for people): it is kept
-in each :class:`GameResult`, with the env's final ``render()`` when it was made with a
-``render_mode``.
+An env may also have ``game_record()`` (the whole game as JSON values, for people): when
+``acollect`` is given an ``on_game``, it is kept in each :class:`GameResult` passed to it, with the
+env's final ``render()`` when the env was made with a ``render_mode`` (without an ``on_game``
+nobody would read them, and they are not made).
 
 Failure isolation: an env or policy that raises, or a generate call over its timeout, ends that
 game; all its episodes are truncated with the cause in ``Episode.error`` (a game whose env could
@@ -215,9 +216,11 @@ class GameResult:
     infos: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each agent's last info."""
     record: Any = None
-    """``env.game_record()`` at the end, for envs that have one."""
+    """``env.game_record()`` at the end, for envs that have one (only when :func:`acollect` has
+    an ``on_game``: nothing else reads it)."""
     rendering: Any = None
-    """``env.render()`` at the end, for envs made with a ``render_mode``."""
+    """``env.render()`` at the end, for envs made with a ``render_mode`` (only with an
+    ``on_game``, like ``record``)."""
     error: str | None = None
 
 
@@ -262,6 +265,8 @@ class _Run:
     sampling: SamplingParams
     signals: Mapping[str, float]
     max_game_steps: int
+    keep_records: bool
+    """Whether games keep the env's record and rendering (someone reads each result)."""
 
 
 async def step_parallel(
@@ -384,9 +389,9 @@ async def _play(run: _Run, task: Task, member: int) -> GameResult:
         result.infos = await play(env, seats, task, run.max_game_steps)
         for agent in env.agents:  # still playing after max_game_steps
             seats[agent].finish(result.infos.get(agent, {}), False, True)
-        if callable(getattr(env, "game_record", None)):
+        if run.keep_records and callable(getattr(env, "game_record", None)):
             result.record = env.game_record()
-        if getattr(env, "render_mode", None) is not None:
+        if run.keep_records and getattr(env, "render_mode", None) is not None:
             result.rendering = env.render()
     except Exception as exc:  # the game ends with its cause; the other games go on
         result.error = f"{type(exc).__name__}: {exc}"
@@ -497,6 +502,7 @@ async def acollect(
         sampling=sampling or SamplingParams(),
         signals=dict(signals or {}),
         max_game_steps=max_game_steps,
+        keep_records=on_game is not None,
     )
     slots = asyncio.Semaphore(concurrency)
     stats = {"done": 0, "errors": 0, "turns": 0}
