@@ -210,26 +210,32 @@ def build_wheelhouse(dest: Path, extras: Sequence[str] = ()) -> list[Path]:
     """``pip wheel`` agentgym (with ``extras``) and its dependencies into ``dest``; the wheels.
     Dependencies come from the host's pip configuration (index, cache, find-links). The same
     sources give the same bytes (the wheels' file times are ``SOURCE_DATE_EPOCH``, 1980 unless
-    set), so that an image build finds its wheels layer in Docker's cache."""
+    set), so that an image build finds its wheels layer in Docker's cache. Only the sources go in:
+    setuptools builds in a fresh directory, not in the tree's ``build/``, from which it would
+    also copy a module deleted since an earlier build."""
     project = containers_dir().parent
     requirement = f"{project}[{','.join(sorted(extras))}]" if extras else str(project)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--quiet",
-            "--no-build-isolation",
-            "--wheel-dir",
-            str(dest),
-            requirement,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"SOURCE_DATE_EPOCH": _WHEEL_EPOCH, **os.environ},
-    )
+    with tempfile.TemporaryDirectory(prefix="agentgym-wheel-") as scratch:
+        # setuptools reads this file after the project's own configuration
+        config = Path(scratch) / "setup.cfg"
+        config.write_text(f"[build]\nbuild_base = {scratch}/build\n[egg_info]\negg_base = {scratch}\n")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--quiet",
+                "--no-build-isolation",
+                "--wheel-dir",
+                str(dest),
+                requirement,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"SOURCE_DATE_EPOCH": _WHEEL_EPOCH, **os.environ, "DIST_EXTRA_CONFIG": str(config)},
+        )
     if proc.returncode != 0:
         raise SandboxError(f"pip wheel failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return sorted(dest.glob("*.whl"))
