@@ -20,19 +20,31 @@ row runs ``--rounds`` times, the rows alternated (a different one first in each 
 table gives each row's median, and its games/s over the plain parallel loop's of the same round
 (median and range).
 
+With ``--instructions``, the plain parallel loop and both ``collect, bots`` rows are counted in
+CPU instructions instead (valgrind's cachegrind, each row in a process of its own, less that of a
+process which only imports and warms up): a count the machine's load does not change, unlike
+seconds. What it leaves out is where time goes without instructions: memory stalls, most of them
+the garbage collector's walks over the episodes ``collect`` keeps (the plain loop keeps none).
+
     .venv/bin/python benchmarks/werewolf.py [--games 200] [--rounds 5] [--preset arena]
+        [--instructions]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import re
+import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from rich.console import Console
+from rich.progress import track
 from rich.table import Table
 
 from agentgym.envs import werewolf
@@ -133,6 +145,8 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5, help="runs of every row, alternated")
     parser.add_argument("--preset", default="arena", choices=["arena", "lspo"])
+    parser.add_argument("--instructions", action="store_true", help="count CPU instructions (valgrind)")
+    parser.add_argument("--row", help=argparse.SUPPRESS)  # one run of one row (--instructions)
     args = parser.parse_args()
     scripted = ScriptedPolicy(lambda obs, info: info["admissible_actions"][0])
     runs: dict[str, Callable[[], tuple[int, float, float | None]]] = {
@@ -142,8 +156,14 @@ def main() -> None:
         "collect, bots, one game at a time": lambda: collected(args.games, args.preset, BotPolicy(), 1),
         "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted),
     }
+    if args.instructions:
+        return count_instructions(args, [name for name in runs if "bots" in name and "AEC" not in name])
     parallel_loop(5, args.preset)  # warm-up: imports, first games
     collected(5, args.preset, BotPolicy())
+    if args.row is not None:
+        if args.row:
+            runs[args.row]()
+        return
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     steps: dict[str, int] = {}
     engine: dict[str, list[float]] = {name: [] for name in runs}
@@ -172,6 +192,37 @@ def main() -> None:
             f"{np.median(ratios):.0%} ({ratios.min():.0%}-{ratios.max():.0%})",
             f"{np.median(engine[name]):.0%}" if engine[name] else "-",
         )
+    Console(width=150).print(table)
+
+
+def count_instructions(args: argparse.Namespace, rows: list[str]) -> None:
+    """Instructions per game of each of ``rows`` (run once each under cachegrind), less those of
+    a process that only imports and warms up, and their ratio to the first row's."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (apt-get install valgrind)")
+
+    def instructions(row: str) -> int:
+        options = [f"--games={args.games}", f"--preset={args.preset}", f"--row={row}"]
+        command = [sys.executable, __file__, *options]
+        proc = subprocess.run(
+            ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *command],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return int(re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)[1].replace(",", ""))  # type: ignore[index]
+
+    startup = instructions("")
+    counts = {row: instructions(row) - startup for row in track(rows, description="valgrind")}
+    table = Table(
+        title=f"Werewolf ({args.preset}), {args.games} games per row, CPU instructions",
+        caption=f"startup and warm-up ({startup / 1e9:.2f} G instructions) subtracted",
+    )
+    for col in ("runner", "instructions/game", "share of the plain loop"):
+        table.add_column(col, justify="right")
+    plain = counts[rows[0]]
+    for row, count in counts.items():
+        table.add_row(row, f"{count / args.games / 1e6:.1f} M", f"{plain / count:.1%}")
     Console(width=150).print(table)
 
 
