@@ -66,6 +66,8 @@ def in_syntax(payload: str) -> list[str]:
         f"fill(e1, {quoted})",
         f"search[{payload}]",
         f"click[{payload}]",
+        f"<speech>{payload}</speech>",
+        f"<vote>{payload}</vote>",
     ]
 
 
@@ -73,7 +75,7 @@ actions = st.one_of(
     st.text(),
     st.text(alphabet=st.characters(codec=None, categories=["Cc", "Cs", "Co", "Cn", "Zs"])),
     st.sampled_from(HOSTILE),
-    st.builds(lambda p, i: in_syntax(p)[i], st.text(max_size=300), st.integers(0, 10)),
+    st.builds(lambda p, i: in_syntax(p)[i], st.text(max_size=300), st.integers(0, len(in_syntax("")) - 1)),
     st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=20),
         lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

@@ -35,6 +35,7 @@ TAGS = {
 """Question kind -> the tag of its structured part."""
 ABSTAIN = ("nobody", "no one", "none", "abstain")
 _PLAYER = re.compile(r"(?:player)?[ _]?(\d{1,3})")
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 class InvalidAnswer(ValueError):
@@ -96,7 +97,10 @@ def _bid(content: str) -> int:
 
 
 def _speech(content: str, max_chars: int) -> str:
-    statement = " ".join(content.split())
+    # Everyone reads a statement: the other players, people in records and terminals. A control
+    # character (a terminal's escape sequence) or a lone surrogate (which UTF-8 cannot encode)
+    # would reach them all, so each becomes U+FFFD.
+    statement = _UNPRINTABLE.sub("\ufffd", " ".join(content.split()))
     if not statement:
         raise InvalidAnswer("Your statement is empty: write it between <speech> and </speech>.")
     if len(statement) > max_chars:

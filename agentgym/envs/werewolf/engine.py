@@ -571,8 +571,9 @@ class Game:
 
 
 def _digest_line(event: Event) -> bytes:
-    """What an event adds to the state key's digest."""
-    return f"{event.kind}|{event.audience}|{event.text}\n".encode()
+    """What an event adds to the state key's digest (any text: a lone surrogate is encoded as
+    such, not refused)."""
+    return f"{event.kind}|{event.audience}|{event.text}\n".encode("utf-8", "surrogatepass")
 
 
 def article(role: str) -> str:

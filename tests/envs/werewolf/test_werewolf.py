@@ -32,6 +32,7 @@ from agentgym.registry import make_aec, make_parallel, register_multiagent
 from agentgym.rollout import Task, default_tasks
 
 from support import contract
+from support.hostile import HOSTILE
 
 WEREWOLF = "agentgym/Werewolf-v0"
 # Deal of the scripted games: Player1 and Player2 werewolves, Player3 seer, Player4 doctor.
@@ -464,6 +465,61 @@ def test_junk_never_stalls_a_game(seed):
         assert env.game.over and len(trace) < 2 * 60 * env.rules.max_days
         assert all(len(o) < 20_000 for step in trace[2:] for o in step[0].values())
         assert any(info.get("action_valid") is False for step in trace[2:] for info in step[4].values())
+
+
+HOSTILE_ANSWERS = [
+    *HOSTILE,
+    *(f"<{tag}>{h}</{tag}>" for tag in ("speech", "vote", "bid", "target") for h in HOSTILE),
+]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_hostile_answers_neither_raise_nor_reach_anyone_unprintable(seed):
+    """Answers from support.hostile, bare and in every tag, most of a game's: no step raises or
+    reports an error, and what people and players read (observations, renderings, the record
+    as the harness writes it) is UTF-8 without control characters."""
+    rng = random.Random(seed)
+    renderings = []
+    for mode in ("ansi", "html"):
+        env = werewolf.parallel_env(preset="lspo", debate_turns=2, render_mode=mode)
+        trace = play_parallel(
+            env,
+            seed,
+            lambda e, infos: {
+                a: rng.choice(HOSTILE_ANSWERS)
+                if rng.random() < 0.7
+                else rng.choice(infos[a]["admissible_actions"])
+                for a in e.agents
+                if infos[a]["action_required"]
+            },
+        )
+        assert env.game.over
+        assert not any("error" in info for step in trace[2:] for info in step[4].values())
+        observations = [o for step in [trace[0], *(s[0] for s in trace[2:])] for o in step.values()]
+        renderings += [*observations, env.render(), json.dumps(env.game_record())]
+    for text in renderings:
+        text.encode("utf-8")
+        assert not re.search(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", text)
+
+
+def test_a_speech_reaches_the_others_printable():
+    """Control characters (a terminal's escape sequences) and lone surrogates in a statement
+    become U+FFFD; the rest of it is said as written."""
+    env = werewolf.parallel_env(preset="lspo", debate_turns=1)
+    said = "<speech>Trust me \x1b[2J\ud800 I am the seer\x00</speech>"
+    observations, infos = env.reset(seed=0)
+    while not any(
+        "<speech>" in infos[a]["admissible_actions"][0] for a in env.agents if infos[a]["action_required"]
+    ):
+        *_, infos = env.step(
+            {a: infos[a]["admissible_actions"][0] for a in env.agents if infos[a]["action_required"]}
+        )
+    (speaker,) = [a for a in env.agents if infos[a]["action_required"]]
+    observations, *_, infos = env.step({speaker: said})
+    assert infos[speaker]["action_valid"]
+    heard = "Trust me \ufffd[2J\ufffd I am the seer\ufffd"
+    assert env.game.events[-1].data["speech"] == heard
+    assert all(heard in o for a, o in observations.items() if a != speaker)
 
 
 # ------------------------------------------------------------------ information hiding
