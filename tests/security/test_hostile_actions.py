@@ -1,4 +1,5 @@
-"""No action string makes a ``step`` raise, on every registered env, in process.
+"""No action string makes a ``step`` raise, on every registered env, in process (games: in
+every seat that must act, through their parallel env).
 
 A property test (hypothesis, a fixed budget of examples per env) sends arbitrary Unicode, NUL
 bytes, lone surrogates, control characters, megabytes of text, deeply nested brackets and JSON,
@@ -20,6 +21,8 @@ import contextlib
 import itertools
 import json
 import math
+import random
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from hypothesis import strategies as st
 
 import agentgym
 from agentgym.process import wait_until
+from agentgym.registry import make_parallel
 
 from support import unavailable
 from support.hostile import HOSTILE, NUL, SURROGATE, TOOLUSE_BREAKS, tool_call
@@ -124,9 +128,11 @@ def test_named_hostile_actions_are_answered(env):
         check_step(env, action)
 
 
-def test_any_action_is_answered(env):
-    @settings(
-        max_examples=BUDGET.get(env.spec.id, DEFAULT_BUDGET),
+def budget(examples: int) -> settings:
+    """Hypothesis's settings for ``examples`` actions: the same ones in every run, no deadline
+    (a step may take long), large actions welcome."""
+    return settings(
+        max_examples=examples,
         deadline=None,
         database=None,
         derandomize=True,
@@ -136,10 +142,76 @@ def test_any_action_is_answered(env):
             HealthCheck.large_base_example,
         ],
     )
+
+
+def test_any_action_is_answered(env):
+    @budget(BUDGET.get(env.spec.id, DEFAULT_BUDGET))
     @given(action=actions)
     @example(action=NUL)
     def property(action: str) -> None:
         check_step(env, action)
+
+    property()
+
+
+#: Every registered game (multi-agent env), played through its parallel env.
+GAME_IDS = sorted(i for i in agentgym.list_envs() if "parallel" in agentgym.registry.manifest(i).kinds)
+
+
+def fitted(action: str, admissible: list[str]) -> str:
+    """``action`` inside the tag of the first admissible answer (``<speech>...</speech>``), so
+    that the question asked reads it, or bare when the answers have no tag."""
+    tagged = re.fullmatch(r"<(\w+)>.*</\1>", admissible[0], re.S) if admissible else None
+    return f"<{tagged[1]}>{action}</{tagged[1]}>" if tagged else action
+
+
+class Game:
+    """A parallel env kept between steps. Each agent that must act sends the action, bare or
+    :func:`fitted` to its question, or an admissible answer, so that games go on to every kind
+    of question (the choice seeded by the step)."""
+
+    def __init__(self, env_id: str):
+        self.env = make_parallel(env_id)
+        self.seed, self.steps = 0, 0
+        self.observations, self.infos = self.env.reset(seed=self.seed)
+
+    def step(self, action: str) -> None:
+        """``action`` from every agent that must act is answered; after a game's end the next
+        game starts."""
+        rng, self.steps = random.Random(self.steps), self.steps + 1
+        actions = {}
+        for agent in self.env.agents:
+            if self.infos[agent].get("action_required", True):
+                admissible = self.infos[agent].get("admissible_actions") or []
+                actions[agent] = rng.choice([action, fitted(action, admissible), *admissible[-1:]])
+        self.observations, rewards, _, _, infos = self.env.step(actions)
+        assert all(isinstance(o, str) for o in self.observations.values())
+        assert all(math.isfinite(r) for r in rewards.values())
+        errors = {a: i["error"] for a, i in infos.items() if "error" in i}
+        assert not errors, f"an action set info['error']: {errors!r}"
+        self.infos = {**self.infos, **infos}
+        if not self.env.agents:
+            self.seed += 1
+            self.observations, self.infos = self.env.reset(seed=self.seed)
+
+
+@pytest.fixture(scope="module", params=GAME_IDS)
+def game(request) -> Iterator[Game]:
+    game = Game(request.param)
+    yield game
+    game.env.close()
+
+
+def test_named_hostile_actions_are_answered_in_games(game):
+    for action in HOSTILE + [a for p in HOSTILE[:12] for a in in_syntax(p)]:
+        game.step(action)
+
+
+def test_any_action_is_answered_in_games(game):
+    @budget(DEFAULT_BUDGET)
+    @given(action=actions)
+    def property(action: str) -> None:
+        game.step(action)
 
     property()
 
