@@ -60,6 +60,9 @@ __all__ = ["ACTION_TIMEOUT_MS", "MAX_FILL_CHARS", "BrowserHost", "ShopBrowserEnv
 MAX_FILL_CHARS = 2000
 #: How long one browser action may take before it is answered as failed.
 ACTION_TIMEOUT_MS = 3000
+#: How long a reset's first page may take: the shop's own home page in a fresh context, not the
+#: agent's doing, which a loaded machine may take longer than an action's 3 s to load.
+OPEN_TIMEOUT_MS = 15_000
 #: Wall-clock bound of a whole reset or step; past it the episode ends with ``info["error"]``.
 STEP_TIMEOUT_S = 30.0
 #: Longest snapshot shown; longer ones are cut (the shop's pages stay far below).
@@ -334,7 +337,7 @@ class ShopBrowserEnv(ShopEnvBase):
         self.page.on("request", self._on_request)
         self.context.on("page", self._on_page)
         self._notes = []
-        await self.page.goto(self._site + "/")
+        await self.page.goto(self._site + "/", timeout=OPEN_TIMEOUT_MS)
         await self._look()
         return self._observe(""), self._info()
 
