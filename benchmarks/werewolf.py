@@ -157,7 +157,8 @@ def main() -> None:
         "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted),
     }
     if args.instructions:
-        return count_instructions(args, [name for name in runs if "bots" in name and "AEC" not in name])
+        rows = ["parallel env, bots (plain loop)", "collect, bots", "collect, bots, one game at a time"]
+        return count_instructions(args, rows)
     parallel_loop(5, args.preset)  # warm-up: imports, first games
     collected(5, args.preset, BotPolicy())
     if args.row is not None:

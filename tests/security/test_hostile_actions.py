@@ -173,7 +173,7 @@ class Game:
     def __init__(self, env_id: str):
         self.env = make_parallel(env_id)
         self.seed, self.steps = 0, 0
-        self.observations, self.infos = self.env.reset(seed=self.seed)
+        _, self.infos = self.env.reset(seed=self.seed)
 
     def step(self, action: str) -> None:
         """``action`` from every agent that must act is answered; after a game's end the next
@@ -184,15 +184,15 @@ class Game:
             if self.infos[agent].get("action_required", True):
                 admissible = self.infos[agent].get("admissible_actions") or []
                 actions[agent] = rng.choice([action, fitted(action, admissible), *admissible[-1:]])
-        self.observations, rewards, _, _, infos = self.env.step(actions)
-        assert all(isinstance(o, str) for o in self.observations.values())
+        observations, rewards, _, _, infos = self.env.step(actions)
+        assert all(isinstance(o, str) for o in observations.values())
         assert all(math.isfinite(r) for r in rewards.values())
         errors = {a: i["error"] for a, i in infos.items() if "error" in i}
         assert not errors, f"an action set info['error']: {errors!r}"
         self.infos = {**self.infos, **infos}
         if not self.env.agents:
             self.seed += 1
-            self.observations, self.infos = self.env.reset(seed=self.seed)
+            _, self.infos = self.env.reset(seed=self.seed)
 
 
 @pytest.fixture(scope="module", params=GAME_IDS)
