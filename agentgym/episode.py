@@ -7,7 +7,11 @@ its ``reward`` and ``info`` are what the env answered.
 
 Token data comes from the generator and is stored as given (never re-tokenized): ``prompt_ids``
 is the exact prompt the policy saw, ``response_ids``/``response_logprobs`` the sampled tokens and
-their log-probabilities under the sampling policy (natural log, one per response token).
+their log-probabilities under the sampling policy (natural log, one per response token). Empty
+token data is always the shared ``()`` (a policy without token data, such as rules or scripts,
+leaves it so, and the rollout engine and :meth:`Episode.from_dict` store any empty sequence so):
+it costs an episode kept in memory nothing, where a list per field would be three more objects
+per turn for the garbage collector to walk.
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ class Turn:
     state_key: str | None = None
     """Key of the state acted from (pre-action); ``None`` when the env gives none."""
     response_text: str = ""
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    response_logprobs: list[float] = field(default_factory=list)
+    prompt_ids: Sequence[int] = ()
+    response_ids: Sequence[int] = ()
+    response_logprobs: Sequence[float] = ()
     finish_reason: str | None = None
     policy_version: int = 0
     info: dict[str, Any] = field(default_factory=dict)
@@ -102,8 +106,20 @@ class Episode:
     def from_dict(cls, data: dict[str, Any]) -> Episode:
         """Inverse of :meth:`to_dict`; unknown keys raise ``TypeError``."""
         data = dict(data)
-        data["turns"] = [Turn(**t) for t in data.get("turns", [])]
+        data["turns"] = [_turn(t) for t in data.get("turns", [])]
         return cls(**data)
+
+
+_TOKEN_FIELDS = ("prompt_ids", "response_ids", "response_logprobs")
+
+
+def _turn(data: dict[str, Any]) -> Turn:
+    """The :class:`Turn` of a dict of its fields, empty token data as ``()``."""
+    data = dict(data)
+    for name in _TOKEN_FIELDS:
+        if name in data and not data[name]:
+            data[name] = ()
+    return Turn(**data)
 
 
 class EpisodeFileError(ValueError):

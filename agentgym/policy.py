@@ -9,6 +9,7 @@ response is free text from which the action is extracted by the prompter
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -52,9 +53,10 @@ class Generation:
     """A response and the exact token data behind it."""
 
     text: str
-    prompt_ids: list[int] = field(default_factory=list)
-    response_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
+    prompt_ids: Sequence[int] = ()
+    """The exact prompt tokens; ``()`` (the default) for a policy without token data."""
+    response_ids: Sequence[int] = ()
+    logprobs: Sequence[float] = ()
     """Natural-log probability of each response token under the raw model: log_softmax of the
     unscaled logits, whatever the temperature and top-p of the request (vLLM's default
     ``raw_logprobs``). This is what a learner's forward pass recomputes."""

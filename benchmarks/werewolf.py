@@ -7,6 +7,9 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
   its choices seeded per (game, seat, turn) as ``collect`` seeds them, so that the parallel loop
   plays the very games of the ``collect, bots`` row (the ceiling: engine + observations + bots,
   nothing else);
+- the plain parallel loop keeping every seat's transitions (observation, action, reward, info)
+  until its last game ends, as a loop that collects training data must: what keeping the data
+  costs by itself (the garbage collector walks what is kept), which ``collect`` pays too;
 - ``agentgym.multiagent.collect`` with the bots as a policy (requests, prompts, recording every
   seat's episode), up to 64 games at once, then one game at a time. The bots are an inline
   policy (they await nothing), so each request is answered as it is made, without a batch; the
@@ -17,14 +20,14 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
 ``steps`` counts env calls: the ``collect`` rows count each game's ``reset`` too (one more per
 game than the plain parallel loop). A busy machine slows whatever runs while it is busy, so every
 row runs ``--rounds`` times, the rows alternated (a different one first in each round); the
-table gives each row's median, and its games/s over the plain parallel loop's of the same round
-(median and range).
+table gives each row's median, and its games/s over the plain parallel loop's and over the
+keeping loop's of the same round (medians; the range of the first).
 
-With ``--instructions``, the plain parallel loop and both ``collect, bots`` rows are counted in
-CPU instructions instead (valgrind's cachegrind, each row in a process of its own, less that of a
-process which only imports and warms up): a count the machine's load does not change, unlike
-seconds. What it leaves out is where time goes without instructions: memory stalls, most of them
-the garbage collector's walks over the episodes ``collect`` keeps (the plain loop keeps none).
+With ``--instructions``, both plain loops over the parallel env and both ``collect, bots`` rows
+are counted in CPU instructions instead (valgrind's cachegrind, each row in a process of its own,
+less that of a process which only imports and warms up): a count the machine's load does not
+change, unlike seconds. What it leaves out is where time goes without instructions: memory
+stalls, most of them the garbage collector's walks over what is kept.
 
     .venv/bin/python benchmarks/werewolf.py [--games 200] [--rounds 5] [--preset arena]
         [--instructions]
@@ -56,25 +59,33 @@ from agentgym.rollout import default_tasks, request_seed
 ENV_ID = "agentgym/Werewolf-v0"
 
 
-def parallel_loop(games: int, preset: str) -> tuple[int, float]:
+def parallel_loop(games: int, preset: str, keep: bool = False) -> tuple[int, float]:
     """(env steps, seconds) of ``games`` bot games through the parallel env, each seat's choices
-    seeded as ``collect`` seeds them (the same games)."""
-    env, steps = werewolf.parallel_env(preset=preset), 0
+    seeded as ``collect`` seeds them (the same games). ``keep``: every seat's transitions are
+    kept, as a loop that collects training data keeps them (observation, action, then the reward
+    and info the step answered), until the last game ends."""
+    env, steps, kept = werewolf.parallel_env(preset=preset), 0, []
     start = time.perf_counter()
     for seed in range(games):
-        _, infos = env.reset(seed=seed)
+        observations, infos = env.reset(seed=seed)
         seats, turns = (
             {a: i for i, a in enumerate(env.possible_agents)},
             dict.fromkeys(env.possible_agents, 0),
         )
+        transitions: dict[str, list[tuple[Any, ...]]] = {a: [] for a in env.possible_agents}
         while env.agents:
             actions = {}
             for agent in env.agents:
                 if infos[agent]["action_required"]:
                     rng = random.Random(request_seed(seed, seats[agent], turns[agent]))
                     actions[agent], turns[agent] = decide(infos[agent]["werewolf"], rng), turns[agent] + 1
-            *_, infos = env.step(actions)
+            acted = observations
+            observations, rewards, *_, infos = env.step(actions)
             steps += 1
+            if keep:
+                for agent, action in actions.items():
+                    transitions[agent].append((acted[agent], action, rewards[agent], infos[agent]))
+        kept.append(transitions)
     return steps, time.perf_counter() - start
 
 
@@ -151,13 +162,22 @@ def main() -> None:
     scripted = ScriptedPolicy(lambda obs, info: info["admissible_actions"][0])
     runs: dict[str, Callable[[], tuple[int, float, float | None]]] = {
         "parallel env, bots (plain loop)": lambda: (*parallel_loop(args.games, args.preset), None),
+        "parallel env, bots, keeping transitions": lambda: (
+            *parallel_loop(args.games, args.preset, True),
+            None,
+        ),
         "AEC env, bots (plain loop)": lambda: (*aec_loop(args.games, args.preset), None),
         "collect, bots": lambda: collected(args.games, args.preset, BotPolicy()),
         "collect, bots, one game at a time": lambda: collected(args.games, args.preset, BotPolicy(), 1),
         "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted),
     }
     if args.instructions:
-        rows = ["parallel env, bots (plain loop)", "collect, bots", "collect, bots, one game at a time"]
+        rows = [
+            "parallel env, bots (plain loop)",
+            "parallel env, bots, keeping transitions",
+            "collect, bots",
+            "collect, bots, one game at a time",
+        ]
         return count_instructions(args, rows)
     parallel_loop(5, args.preset)  # warm-up: imports, first games
     collected(5, args.preset, BotPolicy())
@@ -175,12 +195,22 @@ def main() -> None:
             seconds[name].append(elapsed)
             if inside is not None:
                 engine[name].append(inside / elapsed)
-    plain = np.asarray(seconds[names[0]])
+    plain, keeping = np.asarray(seconds[names[0]]), np.asarray(seconds[names[1]])
     table = Table(
         title=f"Werewolf ({args.preset}), {args.games} games per row, median of {args.rounds} rounds",
-        caption="vs plain loop: games/s over the plain parallel loop's in the same round (median, range)",
+        caption="vs plain loop: games/s over the plain parallel loop's in the same round (median, range); "
+        "vs keeping loop: the same over the loop that keeps its transitions (median)",
     )
-    for col in ("runner", "steps", "games/s", "ms/game", "steps/s", "vs plain loop", "engine share"):
+    for col in (
+        "runner",
+        "steps",
+        "games/s",
+        "ms/game",
+        "steps/s",
+        "vs plain loop",
+        "vs keeping loop",
+        "engine share",
+    ):
         table.add_column(col, justify="right")
     for name in names:
         median, ratios = float(np.median(seconds[name])), plain / np.asarray(seconds[name])
@@ -191,6 +221,7 @@ def main() -> None:
             f"{1e3 * median / args.games:.2f}",
             f"{steps[name] / median:,.0f}",
             f"{np.median(ratios):.0%} ({ratios.min():.0%}-{ratios.max():.0%})",
+            f"{np.median(keeping / np.asarray(seconds[name])):.0%}",
             f"{np.median(engine[name]):.0%}" if engine[name] else "-",
         )
     Console(width=150).print(table)

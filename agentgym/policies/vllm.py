@@ -470,13 +470,13 @@ class VLLMPolicy:
             await self._check_server(server)
 
     def completion_body(
-        self, prompt_ids: list[int], request: GenerationRequest, model: str
+        self, prompt_ids: Sequence[int], request: GenerationRequest, model: str
     ) -> dict[str, Any]:
         """The ``/v1/completions`` payload of ``request`` with the given prompt ids."""
         sampling = request.sampling
         return {
             "model": model,
-            "prompt": prompt_ids,
+            "prompt": list(prompt_ids),
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,

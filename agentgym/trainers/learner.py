@@ -191,7 +191,11 @@ def rows_from_episodes(
         raise ValueError("advantages contain NaN or inf; refusing to update")
     return [
         TrainingRow(
-            t.prompt_ids, t.response_ids, float(a), t.response_logprobs, policy_version=t.policy_version
+            list(t.prompt_ids),
+            list(t.response_ids),
+            float(a),
+            list(t.response_logprobs),
+            policy_version=t.policy_version,
         )
         for t, a in zip(turns, advantages)
         if t.response_ids or keep_empty

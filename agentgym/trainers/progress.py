@@ -30,7 +30,7 @@ def turn_features(model: Any, episodes: Sequence[Episode], token_budget: int = 8
     """[rows, hidden] last-layer hidden states at each turn's last response token, in TurnTable
     row order (a turn without response tokens reads its last prompt token)."""
     turns = [t for ep in episodes for t in ep.turns]
-    sequences = [t.prompt_ids + t.response_ids for t in turns]
+    sequences = [[*t.prompt_ids, *t.response_ids] for t in turns]
     if not sequences:
         return np.zeros((0, model.config.hidden_size), dtype=np.float32)
     device = next(model.parameters()).device

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import numpy as np
@@ -16,6 +17,8 @@ from agentgym.episode import (
     save_episodes,
     to_dataset,
 )
+from agentgym.policies.scripted import RandomPolicy
+from agentgym.rollout import Task, collect
 
 
 def _episode(eid: str, group: str, rewards: list[float], keys: list[str | None]) -> Episode:
@@ -68,6 +71,20 @@ def test_jsonl_round_trip_is_exact(tmp_path):
     save_episodes(path, episodes[2:], append=True, fsync=True)
     assert load_episodes(path) == episodes
     assert len(path.read_text().splitlines()) == 3
+
+
+def test_turns_without_token_data_keep_the_shared_empty_tuple(tmp_path):
+    """A policy without token data (rules, scripts) leaves a turn's three token fields ``()``, no
+    object for the garbage collector to walk, and so does loading them; equal after a round trip."""
+    episodes = collect("agentgym/Sokoban-v0", RandomPolicy(), [Task(None, 1)], max_turns=3, progress=False)
+    turns = [t for e in episodes for t in e.turns]
+    assert turns and all(t.prompt_ids == t.response_ids == t.response_logprobs == () for t in turns)
+    assert not any(gc.is_tracked(t.prompt_ids) for t in turns)
+    path = tmp_path / "episodes.jsonl"
+    save_episodes(path, episodes)
+    assert load_episodes(path) == episodes
+    (loaded,) = load_episodes(path)
+    assert all(t.prompt_ids == () for t in loaded.turns)
 
 
 @pytest.mark.parametrize(

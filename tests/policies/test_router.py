@@ -504,7 +504,7 @@ class Traced(VLLMPolicy):
 
 
 def _played(episodes: list[Episode]) -> list[list[tuple[str, list[int]]]]:
-    return [[(t.action, t.response_ids) for t in e.turns] for e in episodes]
+    return [[(t.action, list(t.response_ids)) for t in e.turns] for e in episodes]
 
 
 COLLECT: dict[str, Any] = {

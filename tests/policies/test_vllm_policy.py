@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,14 +55,14 @@ def _reference_logprobs(model: Any, generation: Generation) -> list[float]:
     """Raw-model log-probabilities of the response tokens (temperature 1, no top-p)."""
     import torch
 
-    ids = torch.tensor([generation.prompt_ids + generation.response_ids])
+    ids = torch.tensor([[*generation.prompt_ids, *generation.response_ids]])
     with torch.no_grad():
         logits = model(ids).logits[0, len(generation.prompt_ids) - 1 : -1].float()
     picked = logits.log_softmax(-1).gather(-1, ids[0, len(generation.prompt_ids) :, None])
     return picked[:, 0].tolist()
 
 
-def _max_diff(a: list[float], b: list[float]) -> float:
+def _max_diff(a: Sequence[float], b: Sequence[float]) -> float:
     assert len(a) == len(b) > 0
     return max(abs(x - y) for x, y in zip(a, b))
 
@@ -181,7 +182,7 @@ async def test_lora_hot_load_changes_outputs_and_unload_restores(
     ]
 
     async def outputs() -> list[list[int]]:
-        return [g.response_ids for g in await policy.generate(requests)]
+        return [list(g.response_ids) for g in await policy.generate(requests)]
 
     base = await outputs()
     await policy.load_lora("test-adapter", path)

@@ -101,7 +101,7 @@ def _train(learner: Learner, steps: int) -> dict[str, torch.Tensor]:
 
 def _check_logprobs(learner: Learner, weights: dict[str, torch.Tensor], gens: list[Generation]) -> None:
     set_peft_model_state_dict(learner.model, weights)
-    rows = [TrainingRow(g.prompt_ids, g.response_ids, 0.0, []) for g in gens]
+    rows = [TrainingRow(list(g.prompt_ids), list(g.response_ids), 0.0, []) for g in gens]
     for gen, recomputed in zip(gens, learner.logprobs(rows)):
         np.testing.assert_allclose(gen.logprobs, recomputed, atol=1e-3)
 
