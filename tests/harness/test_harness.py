@@ -507,7 +507,10 @@ def test_a_killed_sandbox_is_retried_and_recorded(backend: str, tmp_path: Path) 
     episodes = load_episodes(out / "episodes.jsonl")
     retried = [e for e in episodes if e.failed_attempts]
     assert summary["errors"] == 0 and summary["complete"] and len(episodes) == 8
-    assert 1 <= len(retried) <= 4 and summary["retried"] == len(retried)
+    # The kill takes every sandbox of this process (the one in use and the warm spare): the
+    # episodes in flight (at most 4), and any begun on a killed server before a call found it
+    # dead, are run again, each from its start.
+    assert 1 <= len(retried) < 8 and summary["retried"] == len(retried)
     for e in retried:
         assert "EnvServerUnavailable" in e.failed_attempts[0] and e.error is None
         assert "is dead" in e.failed_attempts[0] or "exited" in e.failed_attempts[0]
