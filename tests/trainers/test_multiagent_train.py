@@ -49,7 +49,7 @@ WEREWOLF = {
     "estimator": "grpo",
     "tasks_per_step": 1,
     "group_size": 2,
-    "sampling": {"max_tokens": 24},
+    "sampling": {"max_tokens": 12},  # a tag and a name; a statement is cut short, which is no matter here
     "train_roles": ["villager"],
     "progress": False,
     "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0},
