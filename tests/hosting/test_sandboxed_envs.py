@@ -358,13 +358,15 @@ def agentgym_cmd(*args: str) -> subprocess.CompletedProcess[str]:
 def test_build_command() -> None:
     images, image = docker_client().images, image_for(SOKOBAN)
     dangling = {i.id for i in images.list(filters={"dangling": True})}
-    built = images.get(image).id  # the fixture's build, from these sources
-    proc = agentgym_cmd("build", "textgames", "--offline-base")  # the same sources again:
+    proc = agentgym_cmd("build", "textgames", "--offline-base")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"built {image} (textgames)" in proc.stdout
-    assert images.get(image).id == built  # every layer from the cache (the wheels are the same bytes)
     assert images.get(image).labels["agentgym.base"] == "agentgym/base:bookworm"
     assert {i.id for i in images.list(filters={"dangling": True})} <= dangling
+    built = images.get(image).id
+    proc = agentgym_cmd("build", "textgames", "--offline-base")  # the same sources again:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert images.get(image).id == built  # every layer from the cache (the wheels are the same bytes)
     proc = agentgym_cmd("build", "no-such-family")
     assert proc.returncode == 1 and "no Dockerfile for ['no-such-family']" in proc.stdout
 
