@@ -64,7 +64,8 @@ def parallel_loop(games: int, preset: str, keep: bool = False) -> tuple[int, flo
     seeded as ``collect`` seeds them (the same games). ``keep``: every seat's transitions are
     kept, as a loop that collects training data keeps them (observation, action, then the reward
     and info the step answered), until the last game ends."""
-    env, steps, kept = werewolf.parallel_env(preset=preset), 0, []
+    env, steps = werewolf.parallel_env(preset=preset), 0
+    kept: list[tuple[Any, ...]] = []
     start = time.perf_counter()
     for seed in range(games):
         observations, infos = env.reset(seed=seed)
@@ -72,7 +73,6 @@ def parallel_loop(games: int, preset: str, keep: bool = False) -> tuple[int, flo
             {a: i for i, a in enumerate(env.possible_agents)},
             dict.fromkeys(env.possible_agents, 0),
         )
-        transitions: dict[str, list[tuple[Any, ...]]] = {a: [] for a in env.possible_agents}
         while env.agents:
             actions = {}
             for agent in env.agents:
@@ -83,9 +83,7 @@ def parallel_loop(games: int, preset: str, keep: bool = False) -> tuple[int, flo
             observations, rewards, *_, infos = env.step(actions)
             steps += 1
             if keep:
-                for agent, action in actions.items():
-                    transitions[agent].append((acted[agent], action, rewards[agent], infos[agent]))
-        kept.append(transitions)
+                kept.extend((acted[a], action, rewards[a], infos[a]) for a, action in actions.items())
     return steps, time.perf_counter() - start
 
 
