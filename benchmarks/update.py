@@ -16,9 +16,13 @@ micro-batch per optimizer step):
 * ``generator, shared prompts``: as ``generator``, but groups of ``--group-size`` rows share a
   prompt, as a GRPO group's first turns do: the learner runs each distinct prompt once, the
   ceiling runs every row whole.
+* ``generator, episodes``: as ``generator``, but the rows are the turns of episodes of
+  ``--turns`` turns, each turn's prompt the one before it, its response and a 16-token
+  observation (a chat with its history): the learner runs every episode's tokens once (its
+  prefix tree), the ceiling runs every row whole.
 
     .venv/bin/python benchmarks/update.py [--rows 8] [--prompt-tokens 256] [--response-tokens 32]
-                                          [--group-size 4] [--lora-rank 0] [--repeats 3]
+                                          [--group-size 4] [--turns 4] [--lora-rank 0] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -32,35 +36,44 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from agentgym.policies.batching import left_pad
 from agentgym.policies.models import encode_chat, load_tokenizer
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow
 
-#: (label, what the update runs, learner settings, whether groups of rows share a prompt)
+#: (label, what the update runs, learner settings, how rows share tokens: "", "groups", "episodes")
 CASES = (
-    ("generator", "fwd+bwd, 1 step", dict(old_logprobs="generator"), False),
-    ("recompute, 2 mini-batches", "no-grad fwd + fwd+bwd, 2 steps", dict(mini_batches=2), False),
+    ("generator", "fwd+bwd, 1 step", dict(old_logprobs="generator"), ""),
+    ("recompute, 2 mini-batches", "no-grad fwd + fwd+bwd, 2 steps", dict(mini_batches=2), ""),
     (
         "decoupled, 2 mini-batches",
         "no-grad fwd + fwd+bwd, 2 steps",
         dict(old_logprobs="decoupled", mini_batches=2),
-        False,
+        "",
     ),
-    ("generator, shared prompts", "fwd+bwd (prompts once), 1 step", dict(old_logprobs="generator"), True),
+    ("generator, shared prompts", "fwd+bwd (prompts once), 1 step", dict(old_logprobs="generator"), "groups"),
+    ("generator, episodes", "fwd+bwd (turns once), 1 step", dict(old_logprobs="generator"), "episodes"),
 )
+OBSERVATION_TOKENS = 16
+"""Tokens of the observation between one turn's response and the next turn's prompt's end."""
 
 
 def make_rows(
-    tokenizer, rows: int, prompt_tokens: int, response_tokens: int, group_size: int = 1
+    tokenizer, rows: int, prompt_tokens: int, response_tokens: int, group_size: int = 1, turns: int = 1
 ) -> list[TrainingRow]:
-    """Rows whose prompts are the same within each run of ``group_size`` rows."""
-    out = []
+    """Rows whose prompts are the same within each run of ``group_size`` rows; with ``turns``,
+    each run of ``turns`` rows is an episode, a row's prompt the row before it, its response and
+    an observation."""
+    out: list[TrainingRow] = []
     for i in range(rows):
-        content = f"task {i // group_size}: " + "go " * prompt_tokens
-        prompt = encode_chat(tokenizer, [{"role": "user", "content": content}])
         response = [(i * 7 + j) % 1000 + 100 for j in range(response_tokens)]
-        out.append(
-            TrainingRow(prompt[:prompt_tokens], response, 1.0 if i % 2 else -1.0, [-1.0] * response_tokens)
-        )
+        if i % turns:
+            before = out[-1]
+            observation = [(i * 11 + j) % 1000 + 100 for j in range(OBSERVATION_TOKENS)]
+            prompt = before.prompt_ids + before.response_ids + observation
+        else:
+            content = f"task {i // (group_size * turns)}: " + "go " * prompt_tokens
+            prompt = encode_chat(tokenizer, [{"role": "user", "content": content}])[:prompt_tokens]
+        out.append(TrainingRow(prompt, response, 1.0 if i % 2 else -1.0, [-1.0] * response_tokens))
     return out
 
 
@@ -87,12 +100,14 @@ def fastest(learner: Learner, works: list[Callable[[], object]], repeats: int) -
 
 
 def ceiling(learner: Learner, rows: list[TrainingRow]) -> None:
-    """A plain forward + backward of the mean log-likelihood of the responses (all rows have
-    the same lengths), the LM head on the response positions only."""
-    ids = torch.tensor([r.prompt_ids + r.response_ids for r in rows], device=learner.device)
+    """A plain forward + backward of the mean log-likelihood of the responses (all of one
+    length; rows left-padded), every row whole, the LM head on the response positions only."""
+    ids, mask, positions = left_pad([r.prompt_ids + r.response_ids for r in rows], 0, learner.device)
     n = len(rows[0].response_ids)
     with torch.autocast(learner.device.type, dtype=torch.bfloat16, enabled=learner.autocast):
-        logits = learner.model(input_ids=ids, use_cache=False, logits_to_keep=n + 1).logits
+        logits = learner.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=n + 1
+        ).logits
     logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, -n:, None])
     (-logprobs.mean()).backward()
     learner.model.zero_grad(set_to_none=True)
@@ -105,36 +120,49 @@ def main() -> None:
     parser.add_argument("--response-tokens", type=int, default=32)
     parser.add_argument("--lora-rank", type=int, default=0)
     parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=4, help="turns of an episode (the episodes row)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each; the fastest counts")
     args = parser.parse_args()
     tokenizer = load_tokenizer("smollm2-135m")
-    tokens = args.rows * (args.prompt_tokens + args.response_tokens)
     results = []
     for label, work, settings, shared in CASES:
-        group_size = args.group_size if shared else 1
-        rows = make_rows(tokenizer, args.rows, args.prompt_tokens, args.response_tokens, group_size)
+        group_size = args.group_size if shared == "groups" else 1
+        turns = args.turns if shared == "episodes" else 1
+        rows = make_rows(tokenizer, args.rows, args.prompt_tokens, args.response_tokens, group_size, turns)
+        tokens = sum(r.length for r in rows)
         learner = Learner(
             LearnerConfig(lr=1e-6, lora_rank=args.lora_rank, micro_batch_tokens=tokens, **settings)
         )
         base, seconds = fastest(
             learner, [partial(ceiling, learner, rows), partial(learner.update, rows)], args.repeats
         )
-        label = f"{label} (groups of {group_size})" if shared else label
-        results.append((label, work, seconds, base))
+        label = {"groups": f"{label} (groups of {group_size})", "episodes": f"{label} ({turns} turns)"}.get(
+            shared, label
+        )
+        results.append((label, work, tokens, seconds, base))
     table = Table(
-        caption="ceiling: one forward + backward of the responses' log-likelihood, "
-        "the LM head on the response positions only",
-        title=f"One update: {args.rows} rows x ({args.prompt_tokens} prompt + "
-        f"{args.response_tokens} response) tokens, {tokens:,} tokens, "
+        caption="ceiling: one forward + backward of the responses' log-likelihood, every row whole, "
+        "the LM head on the response positions only; tokens: of the rows whole",
+        title=f"One update: {args.rows} rows of {args.prompt_tokens} prompt (the first turn's) + "
+        f"{args.response_tokens} response tokens, "
         f"{'LoRA r=' + str(args.lora_rank) if args.lora_rank else 'full fine-tune'}, on {learner.device}",
     )
-    for col in ("rows", "update runs", "update s", "update tokens/s", "ceiling s", "ceiling tokens/s"):
+    for col in (
+        "rows",
+        "update runs",
+        "tokens",
+        "update s",
+        "update tokens/s",
+        "ceiling s",
+        "ceiling tokens/s",
+    ):
         table.add_column(col, justify="right")
     table.add_column("vs ceiling", justify="right")
-    for label, work, seconds, base in results:
+    for label, work, tokens, seconds, base in results:
         table.add_row(
             label,
             work,
+            f"{tokens:,}",
             f"{seconds:.2f}",
             f"{tokens / seconds:,.0f}",
             f"{base:.2f}",

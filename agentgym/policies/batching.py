@@ -7,11 +7,22 @@ runs only on the last positions (``logits_to_keep``), and the positions that mat
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-__all__ = ["budget_batches", "left_pad", "prefill", "prefix_cached", "shared_prefix_length"]
+__all__ = [
+    "PrefixTree",
+    "budget_batches",
+    "common_prefix_length",
+    "left_pad",
+    "pack_tree",
+    "prefill",
+    "prefix_cached",
+    "shared_prefix_length",
+]
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prefix (tokens) worth a forward pass of its own."""
@@ -100,3 +111,67 @@ def prefill(
         logits_to_keep=1,
     )
     return out.logits[:, -1], out.past_key_values, mask, positions
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` start with in common."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+@dataclass(frozen=True)
+class PrefixTree:
+    """Sequences packed as their prefix tree into one row: each node is a distinct prefix's last
+    token, run once however many sequences start with that prefix, and attends to its ancestors
+    and itself only. One forward pass over ``ids`` with ``mask`` and ``positions`` gives every
+    node the outputs it has in each of its sequences run alone (to float tolerance)."""
+
+    ids: torch.Tensor
+    """(1, nodes) the token of each node, depth-first: a node comes after its ancestors."""
+    positions: torch.Tensor
+    """(1, nodes) the depth of each node: its position in every sequence through it."""
+    mask: torch.Tensor
+    """(1, 1, nodes, nodes) bool: whether node i may attend to node j (j is i or an ancestor)."""
+    slots: torch.Tensor
+    """(sequences, longest) the node of each sequence's token, in the order given; 0 past the end."""
+
+
+def pack_tree(sequences: Sequence[Sequence[int]], device: torch.device | str) -> PrefixTree:
+    """The prefix tree of ``sequences`` (at least one, none empty): :class:`PrefixTree`.
+
+    In lexicographic order, a sequence shares with the tree what it shares with the sequence
+    before it (``lcp``) and adds the rest as new nodes; the node of its token ``j`` is the one made
+    by the last sequence up to it whose new nodes start at or before ``j``."""
+    order = sorted(range(len(sequences)), key=lambda i: list(sequences[i]))
+    lengths = np.array([len(sequences[i]) for i in order])
+    width = int(lengths.max())
+    tokens = np.full((len(order), width), -1, dtype=np.int64)
+    for row, i in enumerate(order):
+        tokens[row, : lengths[row]] = sequences[i]
+    depth = np.arange(width)
+    same = np.cumprod(tokens[1:] == tokens[:-1], axis=1).sum(1)
+    lcp = np.concatenate([[0], np.minimum(same, np.minimum(lengths[1:], lengths[:-1]))])
+    new = lengths - lcp
+    first = np.concatenate([[0], np.cumsum(new)[:-1]])  # the first new node of each sequence
+    rows = np.arange(len(order))
+    maker = np.maximum.accumulate(np.where(lcp[:, None] <= depth, rows[:, None], -1), axis=0)
+    slots = first[maker] + depth - lcp[maker]
+    valid = depth < lengths[:, None]
+    nodes = int(new.sum())
+    node_ids, node_depth, owner = (np.zeros(nodes, dtype=np.int64) for _ in range(3))
+    node_ids[slots[valid]] = tokens[valid]
+    node_depth[slots[valid]] = np.broadcast_to(depth, slots.shape)[valid]
+    owner[slots[valid]] = np.broadcast_to(rows[:, None], slots.shape)[valid]
+    # a node's ancestors are its owner's (any sequence through it) nodes up to its depth
+    path = slots[owner]
+    up_to = depth <= node_depth[:, None]
+    mask = np.zeros((nodes, nodes), dtype=bool)
+    mask[np.broadcast_to(np.arange(nodes)[:, None], path.shape)[up_to], path[up_to]] = True
+    given = np.zeros_like(slots)
+    given[order] = np.where(valid, slots, 0)
+    return PrefixTree(
+        ids=torch.from_numpy(node_ids)[None].to(device),
+        positions=torch.from_numpy(node_depth)[None].to(device),
+        mask=torch.from_numpy(mask)[None, None].to(device),
+        slots=torch.from_numpy(given).to(device),
+    )

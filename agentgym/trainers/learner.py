@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -46,7 +47,13 @@ import torch
 
 from agentgym.episode import Episode
 from agentgym.files import atomic_path
-from agentgym.policies.batching import left_pad, prefill
+from agentgym.policies.batching import (
+    common_prefix_length,
+    left_pad,
+    pack_tree,
+    prefill,
+    shared_prefix_length,
+)
 from agentgym.policies.models import resolve_model
 from agentgym.trainers.distributed import DEFAULT_TIMEOUT_S, Stopped, World, full, is_shard, shard
 from agentgym.trainers.losses import Aggregation, KLEstimator, policy_loss, value_loss
@@ -77,8 +84,8 @@ class LearnerConfig:
     max_grad_norm: float = 1.0
     """Gradient norm clip."""
     micro_batch_tokens: int = 4096
-    """Token budget of one forward/backward: distinct prompts x their padded length + rows x
-    the padded response length (a prompt shared by several rows is run once)."""
+    """Token budget of one forward/backward: the tokens of the micro-batch's prefix tree (what
+    several rows start with, a system prompt, a shared prompt or earlier turns, counts once)."""
     mini_batches: int = 1
     """Optimizer steps per epoch over the batch."""
     ppo_epochs: int = 1
@@ -202,41 +209,64 @@ def rows_from_episodes(
     ]
 
 
-def _prompt_order(row: TrainingRow) -> tuple[int, list[int]]:
-    """The order in which rows that share a prompt are neighbours, the longest prompts first."""
-    return -len(row.prompt_ids), row.prompt_ids
+def _tokens(row: TrainingRow) -> list[int]:
+    """A row's whole sequence, prompt then response: the order in which rows that share a prefix
+    are neighbours."""
+    return row.prompt_ids + row.response_ids
 
 
 def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
-    """Row indices split so that each micro-batch's cost, distinct prompt prefixes x the longest
-    prefix + rows x the longest suffix (see :meth:`Learner._forward`), is at most ``budget``
-    tokens; a row over the budget goes alone. Rows that share a prompt are kept together, so
-    that their prompt is run once; rows without a prefix (one-token prompts) go apart from
-    rows with one."""
+    """Row indices split so that each micro-batch's prefix tree (:func:`pack_tree`: every
+    distinct prefix of its rows' sequences once) has at most ``budget`` tokens; a row over the
+    budget goes alone. Rows go in lexicographic order of their sequences, so that rows that
+    share a prefix (a system prompt, a role's instructions, an episode's earlier turns, a
+    group's first prompt) are neighbours: each adds what follows its common prefix with the row
+    before it."""
     if any(not r.prompt_ids for r in rows):
         raise ValueError(
             "a training row needs a prompt: its first response token is predicted "
             "from the prompt's last token"
         )
-    order = sorted(range(len(rows)), key=lambda i: _prompt_order(rows[i]))
+    order = sorted(range(len(rows)), key=lambda i: _tokens(rows[i]))
     batches: list[list[int]] = []
-    prefixes = longest_prefix = longest_suffix = 0
+    size = 0
     for i in order:
-        prefix, suffix = len(rows[i].prompt_ids) - 1, len(rows[i].response_ids) + 1
+        tokens = _tokens(rows[i])
         if batches:
-            last = rows[batches[-1][-1]].prompt_ids
-            new_prefix = int(last[:-1] != rows[i].prompt_ids[:-1])
-            cost = (prefixes + new_prefix) * longest_prefix + (len(batches[-1]) + 1) * max(
-                longest_suffix, suffix
-            )
-            if cost <= budget and (prefix > 0) == (longest_prefix > 0):
+            added = len(tokens) - common_prefix_length(_tokens(rows[batches[-1][-1]]), tokens)
+            if size + added <= budget:
                 batches[-1].append(i)
-                prefixes += new_prefix
-                longest_suffix = max(longest_suffix, suffix)
+                size += added
                 continue
         batches.append([i])
-        prefixes, longest_prefix, longest_suffix = 1, prefix, suffix
+        size = len(tokens)
     return batches
+
+
+ATTENTION_TOKENS = 4096
+"""A prefix tree of N tokens runs its attention over all N at once: that costs about as much as
+N * N / ATTENTION_TOKENS more tokens through the rest of the model (3,200 measured on a CPU
+with the embedded model; more on a GPU)."""
+
+
+def _packing_pays(rows: Sequence[TrainingRow]) -> bool:
+    """Whether the rows' prefix tree (N tokens, attention counted as N * N / ATTENTION_TOKENS
+    more) costs fewer tokens than the rows left-padded after their common prefix, each distinct
+    prompt once (distinct prompts x their longest rest + rows x the longest response + 1)."""
+    sequences = sorted(_tokens(r) for r in rows)
+    tree = len(sequences[0]) + sum(
+        len(b) - common_prefix_length(a, b) for a, b in itertools.pairwise(sequences)
+    )
+    prompts = list({tuple(r.prompt_ids[:-1]): None for r in rows})
+    if () in prompts and len(prompts) > 1:
+        return True  # rows run left-padded either all have a prefix or none has
+    shared = shared_prefix_length(prompts)
+    padded = (
+        shared
+        + len(prompts) * (max(map(len, prompts)) - shared)
+        + len(rows) * (max(len(r.response_ids) for r in rows) + 1)
+    )
+    return tree * (1 + tree / ATTENTION_TOKENS) < padded
 
 
 class Learner:
@@ -309,24 +339,73 @@ class Learner:
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """(response logprobs, mask, entropy, values): [rows, longest response] tensors and,
         with ``values``, the value head's [rows] output at each row's last prompt token.
+        Outputs are right-aligned: row i's response occupies the last ``len(response_i)``
+        columns. Every row gets the outputs, and the gradient, it has run alone (to float
+        tolerance), run one of two ways, whichever costs fewer tokens (:func:`_packing_pays`):
 
-        Rows that share a prompt share its forward pass: each distinct prefix (the prompt less
-        its last token) runs once, after the part that all of them start with (a system prompt,
-        demonstrations), which runs once for all; the keys and values are copied to every row
-        that continues them, and the suffixes (last prompt token + response) run on top. A group
-        of GRPO members has one first prompt, so this runs it once instead of ``group_size``
-        times; the gradient flows through the shared keys and values, so the result is that of
-        whole sequences. A sharded model runs each row whole instead.
-
-        Suffixes are left-padded, so every response ends at the last position and the LM head
-        runs only on the last ``longest + 1`` positions. Outputs are right-aligned: row i's
-        response occupies the last ``len(response_i)`` columns.
+        * as one sequence, the rows' prefix tree (:func:`pack_tree`): what several rows start
+          with (a system prompt, a role's instructions, an episode's earlier turns, a group's
+          prompt) runs once, each token attending to its own rows' tokens only;
+        * as rows, left-padded: their common prefix runs once and each distinct prompt (less its
+          last token) once after it, their keys and values copied to every row that continues
+          them, then each row's last prompt token and response (a sharded model runs each row
+          whole: FSDP2 would not gather the weights again for a backward pass through a first
+          call's keys and values).
         """
         model = model or self.model
         lengths = torch.tensor([len(r.response_ids) for r in rows], device=self.device)
         longest = int(lengths.max())
-        # A sharded model runs whole sequences in one call: FSDP2 would not gather the weights
-        # again for the backward pass through a first call's keys and values.
+        mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
+        run = self._tree if _packing_pays(rows) else self._rows
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            logprobs, ent, value = run(model, rows, lengths, mask, entropy=entropy, values=values)
+        return logprobs * mask, mask, ent, value
+
+    def _tree(
+        self, model: Any, rows: list[TrainingRow], lengths: torch.Tensor, mask: torch.Tensor, **wanted: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """:meth:`_forward`'s outputs, the rows run as their prefix tree; the LM head runs only on
+        the tokens that predict response tokens."""
+        tree = pack_tree([_tokens(r) for r in rows], self.device)
+        prompts = torch.tensor([len(r.prompt_ids) for r in rows], device=self.device)
+        # column c of row i is its response token c - (longest - len_i), at position prompt_i + that
+        at = torch.where(
+            mask,
+            prompts[:, None]
+            + torch.arange(mask.shape[1], device=self.device)
+            - (mask.shape[1] - lengths)[:, None],
+            0,
+        )
+        needed, which = torch.unique(tree.slots.gather(1, torch.where(mask, at - 1, 0)), return_inverse=True)
+        attention = tree.mask
+        if getattr(model.config, "_attn_implementation", "sdpa") == "eager":  # an additive mask
+            attention = torch.zeros(attention.shape, device=self.device).masked_fill(
+                ~attention, torch.finfo(torch.float32).min
+            )
+        out = model(
+            input_ids=tree.ids,
+            attention_mask=attention,
+            position_ids=tree.positions,
+            use_cache=False,
+            logits_to_keep=needed,
+            output_hidden_states=wanted["values"],
+        )
+        value = None
+        if wanted["values"]:
+            last_prompt = tree.slots.gather(1, prompts[:, None] - 1).squeeze(1)
+            value = self._value(out.hidden_states[-1][0, last_prompt])
+        logprobs_all = torch.log_softmax(out.logits[0].float(), dim=-1)  # [needed, vocab]
+        logprobs = logprobs_all[which, tree.ids[0, tree.slots.gather(1, at)]]
+        ent = -(logprobs_all.exp() * logprobs_all).sum(-1)[which] if wanted["entropy"] else None
+        return logprobs, ent, value
+
+    def _rows(
+        self, model: Any, rows: list[TrainingRow], lengths: torch.Tensor, mask: torch.Tensor, **wanted: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """:meth:`_forward`'s outputs, the rows run left-padded after their shared prompts, so
+        that every response ends at the last position and the LM head runs only on the last
+        ``longest + 1`` positions."""
+        longest = mask.shape[1]
         cut = 0 if self.sharded else -1
         suffix_ids, suffix_mask, _ = left_pad(
             [r.prompt_ids[cut:] + r.response_ids for r in rows], 0, self.device
@@ -335,36 +414,35 @@ class Learner:
         which = torch.tensor(
             [distinct.setdefault(tuple(r.prompt_ids[:cut]), len(distinct)) for r in rows], device=self.device
         )
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
-            cache, attention = None, suffix_mask
-            if any(distinct):  # _micro_batches never mixes empty and non-empty prefixes
-                # what every prefix starts with (a system prompt) runs once, then each prefix
-                _, cache, prefix_mask, _ = prefill(model, list(distinct), 0, self.device)
-                cache.batch_select_indices(which)
-                attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
-            out = model(
-                input_ids=suffix_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=False,
-                logits_to_keep=longest + 1,
-                output_hidden_states=values,
-            )
-            value = None
-            if values:
-                last_prompt = suffix_ids.shape[1] - 1 - lengths
-                hidden = out.hidden_states[-1][torch.arange(len(rows)), last_prompt]
-                assert self.value_head is not None, "values=True needs the value head"
-                value = self.value_head(hidden).squeeze(-1).float()
-        logits = out.logits
+        cache, attention = None, suffix_mask
+        if any(distinct):  # one-token prompts have no prefix: then no row of the micro-batch has one
+            # what every prefix starts with (a system prompt) runs once, then each prefix
+            _, cache, prefix_mask, _ = prefill(model, list(distinct), 0, self.device)
+            cache.batch_select_indices(which)
+            attention = torch.cat([prefix_mask.index_select(0, which), suffix_mask], dim=1)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)[:, -suffix_ids.shape[1] :]
+        out = model(
+            input_ids=suffix_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=False,
+            logits_to_keep=longest + 1,
+            output_hidden_states=wanted["values"],
+        )
+        value = None
+        if wanted["values"]:
+            last_prompt = suffix_ids.shape[1] - 1 - lengths
+            value = self._value(out.hidden_states[-1][torch.arange(len(rows)), last_prompt])
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
-        logprobs_all = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        logprobs_all = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
         logprobs = logprobs_all.gather(-1, suffix_ids[:, -longest:, None]).squeeze(-1)
-        mask = torch.arange(longest, device=self.device)[None, :] >= (longest - lengths)[:, None]
-        ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if entropy else None
-        return logprobs * mask, mask, ent, value
+        ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if wanted["entropy"] else None
+        return logprobs, ent, value
+
+    def _value(self, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.value_head is not None, "values=True needs the value head"
+        return self.value_head(hidden).squeeze(-1).float()
 
     def _passes(self, rows: list[TrainingRow]) -> list[list[int]]:
         """The micro-batches of ``rows`` (indices). Sharded, every rank must run as many passes
@@ -450,7 +528,7 @@ class Learner:
             rng.shuffle(order)
             size = math.ceil(len(order) / cfg.mini_batches)
             for start in range(0, len(order), size):
-                chosen = sorted(order[start : start + size], key=lambda i: _prompt_order(rows[i]))
+                chosen = sorted(order[start : start + size], key=lambda i: _tokens(rows[i]))
                 share = self.world.share([rows[i].length for i in chosen])
                 plan.append((chosen, [chosen[j] for j in share]))
         old: list[list[float] | None] = [None] * len(rows)

@@ -10,6 +10,7 @@ import torch
 
 from agentgym.episode import Episode, Turn
 from agentgym.policies.models import encode_chat, load_tokenizer
+from agentgym.trainers import learner as learner_module
 from agentgym.trainers.learner import Learner, LearnerConfig, TrainingRow, rows_from_episodes
 from agentgym.trainers.learner import _micro_batches as learner_batches
 
@@ -46,15 +47,28 @@ def test_logprobs_match_a_plain_forward(tokenizer):
         np.testing.assert_allclose(lp, ref.tolist(), atol=1e-4)
 
 
-def test_rows_that_share_a_prompt_run_it_once_with_the_same_result(tokenizer):
-    """A group's members share their first prompt: the learner runs it once per micro-batch and
-    copies its keys and values, and gets the log-probs and gradient of whole sequences."""
+@pytest.mark.parametrize("packed", [True, False])
+def test_rows_that_share_a_prefix_run_it_once_with_the_same_result(tokenizer, monkeypatch, packed):
+    """A group's members share their first prompt, and a row may hold another whole (an earlier
+    turn): the learner runs their prefix tree (``packed``), each distinct prefix once, or the
+    rows left-padded after their distinct prompts, and either way gets the log-probs and gradient
+    of whole sequences."""
+    monkeypatch.setattr(learner_module, "_packing_pays", lambda rows: packed)
     learner = Learner(LearnerConfig(lr=1e-4))
     shared = make_rows(tokenizer, 2)
     rows = [
         TrainingRow(shared[i % 2].prompt_ids, shared[i % 2].response_ids[: 3 + i], 1.0, []) for i in range(5)
-    ] + [TrainingRow(shared[0].prompt_ids[:1], [5, 6], 1.0, [])]
-    assert learner_batches(rows, 10_000) == [[1, 3, 0, 2, 4], [5]]  # a one-token prompt goes apart
+    ] + [
+        TrainingRow(shared[0].prompt_ids[:1], [5, 6], 1.0, []),
+        TrainingRow(shared[0].prompt_ids + shared[0].response_ids[:3] + [7], [8, 9], 1.0, []),
+    ]
+    sequences = [r.prompt_ids + r.response_ids for r in rows]
+    nodes = len({tuple(s[:k]) for s in sequences for k in range(1, len(s) + 1)})
+    assert nodes < sum(map(len, sequences)) / 3
+    assert learner_batches(rows, nodes) == [sorted(range(len(rows)), key=lambda i: sequences[i])]
+    assert len(learner_batches(rows, nodes - 1)) == 2
+    if not packed:
+        del rows[5]  # left-padded rows either all have a prompt before their last token or none has
 
     def plain(row):
         ids = torch.tensor([row.prompt_ids + row.response_ids])

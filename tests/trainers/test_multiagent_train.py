@@ -52,7 +52,7 @@ WEREWOLF = {
     "sampling": {"max_tokens": 12},  # a tag and a name; a statement is cut short, which is no matter here
     "train_roles": ["villager"],
     "progress": False,
-    "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0},
+    "learner": {"lr": 1e-4, "lora_rank": 4, "seed": 0, "micro_batch_tokens": 1024},
 }
 
 
