@@ -63,6 +63,12 @@ def budget_batches(lengths: Sequence[int], budget: int, rows: Sequence[int] | No
     return batches
 
 
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many tokens ``a`` and ``b`` start with in common."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
 def shared_prefix_length(sequences: Sequence[Sequence[int]], minimum: int = MIN_SHARED_PREFIX) -> int:
     """Length of the token prefix that every one of several ``sequences`` starts with, less
     than the shortest (each keeps a token to run after it); 0 when under ``minimum`` tokens or
@@ -71,7 +77,7 @@ def shared_prefix_length(sequences: Sequence[Sequence[int]], minimum: int = MIN_
         return 0
     first, length = sequences[0], min(len(s) for s in sequences) - 1
     for seq in sequences[1:]:
-        length = next((i for i in range(length) if seq[i] != first[i]), length)
+        length = min(length, common_prefix_length(first, seq))
     return length if length >= minimum else 0
 
 
@@ -111,12 +117,6 @@ def prefill(
         logits_to_keep=1,
     )
     return out.logits[:, -1], out.past_key_values, mask, positions
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many tokens ``a`` and ``b`` start with in common."""
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 @dataclass(frozen=True)

@@ -227,13 +227,14 @@ def _micro_batches(rows: Sequence[TrainingRow], budget: int) -> list[list[int]]:
             "a training row needs a prompt: its first response token is predicted "
             "from the prompt's last token"
         )
-    order = sorted(range(len(rows)), key=lambda i: _tokens(rows[i]))
+    sequences = [_tokens(r) for r in rows]
+    order = sorted(range(len(rows)), key=sequences.__getitem__)
     batches: list[list[int]] = []
     size = 0
     for i in order:
-        tokens = _tokens(rows[i])
+        tokens = sequences[i]
         if batches:
-            added = len(tokens) - common_prefix_length(_tokens(rows[batches[-1][-1]]), tokens)
+            added = len(tokens) - common_prefix_length(sequences[batches[-1][-1]], tokens)
             if size + added <= budget:
                 batches[-1].append(i)
                 size += added
