@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)
 class Turn:
     """One agent decision and the env's answer to it."""
 

@@ -144,6 +144,7 @@ class Seat:
         self.received = 0.0
         """Env rewards (and signals) so far."""
         self._asked: tuple[str, dict[str, Any], Generation, str | None, float] | None = None
+        self._asked_at = 0.0
 
     def start(self, info: dict[str, Any]) -> None:
         """Begin the episode from the agent's first info."""
@@ -151,45 +152,60 @@ class Seat:
         self.episode.instruction = info.get("instruction", "")
         self.system = self.prompter.system(self.episode.instruction)
 
-    async def act(self, observation: str, info: dict[str, Any]) -> str:
-        """The seat's action for ``observation`` (``""`` when the response has none)."""
-        admissible = info.get("admissible_actions")
+    def ask(self, observation: str, info: dict[str, Any]) -> GenerationRequest:
+        """The request for the seat's action on ``observation``; :meth:`take` its answer."""
+        if isinstance(observation, str):
+            observation = str(observation)  # a str subclass (PettingZoo's typed text) is GC-tracked
         request = GenerationRequest(
-            messages=self.prompter.messages(self.system, self.past, observation, admissible),
+            messages=(
+                self.prompter.messages(self.system, self.past, observation, info.get("admissible_actions"))
+                if self.batcher.reads_messages
+                else []
+            ),
             sampling=self.sampling,
             seed=request_seed(self.episode.seed, self.member, len(self.episode.turns)),
             observation=observation,
             info=info,
             session=self.episode.episode_id,
         )
-        start = time.perf_counter()
-        generation = await self.batcher.submit(request)
-        action = self.prompter.parse(generation.text, admissible)
-        self._asked = (observation, info, generation, action, time.perf_counter() - start)
+        self._asked_at = time.perf_counter()
+        return request
+
+    def take(self, request: GenerationRequest, generation: Generation) -> str:
+        """The action in the answer ``generation`` to :meth:`ask`'s ``request`` (``""`` when the
+        response has none), remembered for :meth:`record`."""
+        action = self.prompter.parse(generation.text, request.info.get("admissible_actions"))
+        seconds = time.perf_counter() - self._asked_at
+        self._asked = (request.observation, request.info, generation, action, seconds)
         return action or ""
+
+    async def act(self, observation: str, info: dict[str, Any]) -> str:
+        """The seat's action for ``observation`` (``""`` when the response has none)."""
+        request = self.ask(observation, info)
+        return self.take(request, await self.batcher.submit(request))
 
     def record(self, reward: float, info: dict[str, Any], step_seconds: float) -> None:
         """Record the turn of the last :meth:`act` with the env's answer to it."""
         assert self._asked is not None, "record() follows act()"
         observation, asked_info, generation, action, generate_seconds = self._asked
         self._asked = None
+        reward = float(reward)
+        if self.signals:
+            shaping = info.get("signals") or {}
+            reward += sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items())
+        self.received += reward
         self.episode.turns.append(
             generated_turn(
                 generation,
                 action,
-                # a str subclass (PettingZoo's typed text) would be tracked by the GC
-                observation=str(observation) if isinstance(observation, str) else observation,
-                reward=0.0,
+                observation=observation,
+                reward=reward,
                 state_key=asked_info.get("state_key"),
                 info=info,
                 timings={"generate": generate_seconds, "step": step_seconds},
             )
         )
         self.past.append((observation, generation.text))
-        if self.signals:
-            shaping = info.get("signals") or {}
-            reward += sum(w * float(shaping.get(k, 0.0)) for k, w in self.signals.items())
-        self.credit(reward)
 
     def credit(self, reward: float) -> None:
         """Add ``reward`` to the seat's last turn (to its outcome only, before any turn)."""
@@ -277,7 +293,8 @@ async def step_parallel(
     given: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], ...]:
     """One step of a parallel game: every seat whose agent must act (``action_required``) asks
-    its policy (seats of inline policies one after another, the others concurrently); ``given``
+    its policy (with one :meth:`~agentgym.rollout.RequestBatcher.submit_all` per policy: inline
+    policies one after another, the others concurrently); ``given``
     adds actions decided elsewhere (agents without a seat). Each seat's turn is recorded and its
     rewards credited; a finished seat's episode is closed. Returns what ``env.step`` returned,
     with ``infos`` merged into the previous ones."""
@@ -287,12 +304,22 @@ async def step_parallel(
     ]
     if not acting:  # no request, so no batcher to yield: let the loop run (other games, Ctrl-C)
         await asyncio.sleep(0)
-    answers = {a: await seats[a].act(observations[a], infos[a]) for a in acting if seats[a].batcher.inline}
-    waiting = [a for a in acting if a not in answers]
-    if waiting:
-        answers.update(
-            zip(waiting, await asyncio.gather(*(seats[a].act(observations[a], infos[a]) for a in waiting)))
-        )
+    by_batcher: dict[RequestBatcher, list[str]] = {}
+    for agent in acting:
+        by_batcher.setdefault(seats[agent].batcher, []).append(agent)
+
+    async def answer(batcher: RequestBatcher, agents: list[str]) -> dict[str, str]:
+        requests = [seats[a].ask(observations[a], infos[a]) for a in agents]
+        generations = await batcher.submit_all(requests)
+        return {a: seats[a].take(r, g) for a, r, g in zip(agents, requests, generations)}
+
+    answers: dict[str, str] = {}
+    for batcher, agents in by_batcher.items():
+        if batcher.inline:
+            answers.update(await answer(batcher, agents))
+    waiting = [answer(b, agents) for b, agents in by_batcher.items() if not b.inline]
+    for answered in await asyncio.gather(*waiting) if waiting else ():
+        answers.update(answered)
     actions = {**{a: answers[a] for a in acting}, **given}
     start = time.perf_counter()
     observations, rewards, terminations, truncations, step_infos = await _call(env, "step", actions)

@@ -83,7 +83,10 @@ class Policy(Protocol):
     ``True`` for a policy whose ``generate`` computes its answers without awaiting anything
     (rules, scripts, bots); the engine then asks it for each request on its own, as soon as the
     request is made, with no batching and no ``generate`` timeout (a subclass whose
-    ``generate`` awaits something sets it back to ``False``).
+    ``generate`` awaits something sets it back to ``False``); ``reads_messages``: ``False`` for a
+    policy that answers from a request's ``observation`` and ``info`` alone, to which the engine
+    then sends ``messages=[]`` (a rule-based player would spend more on its chat than on its
+    answer).
     """
 
     async def generate(self, requests: list[GenerationRequest]) -> list[Generation]: ...

@@ -104,8 +104,9 @@ class RequestBatcher:
     has its own call and its own timeout.
 
     An ``inline`` policy (see :class:`~agentgym.policy.Policy`) is asked for each request alone,
-    when its submitter awaits it: no future, no batch (a rule-based player gains nothing from
-    batches, and those are most of what the engine costs it). Since such a request never waits,
+    when its submitter awaits it, or for the requests given together to :meth:`submit_all`: no
+    future, no batch across submitters (a rule-based player gains nothing from batches, and
+    those are most of what the engine costs it). Since such a request never waits,
     the batcher gives the event loop a turn once ``time_slice`` seconds have passed since its
     last one (other games and sessions, timeouts, Ctrl-C): a game of inline seats runs that long
     at a stretch, with its data still in the CPU's caches, instead of yielding every turn.
@@ -127,6 +128,7 @@ class RequestBatcher:
         self.max_batch = max_batch
         self.max_inflight = max_inflight
         self.inline = bool(getattr(policy, "inline", False))
+        self.reads_messages = bool(getattr(policy, "reads_messages", True))
         self._pending: list[tuple[GenerationRequest, asyncio.Future[Generation]]] = []
         self._inflight: set[asyncio.Task[None]] = set()
         self._flush_scheduled = False
@@ -150,14 +152,28 @@ class RequestBatcher:
             return self._answer(request)
         return self._queued(request)
 
+    async def submit_all(self, requests: list[GenerationRequest]) -> list[Generation]:
+        """The generations of ``requests``, which are ready together (the seats of one game that
+        act in one step), in order. An inline policy answers them in one ``generate`` call."""
+        if not self.inline or self._paused:
+            return list(await asyncio.gather(*(self._queued(r) for r in requests)))
+        generations = self._counted(await self.policy.generate(requests), len(requests))
+        if time.perf_counter() >= self._slice_ends:
+            await self._next_slice()
+        return generations
+
     async def _answer(self, request: GenerationRequest) -> Generation:
         if self._paused:
             return await self._queued(request)
         generation = self._counted(await self.policy.generate([request]), 1)[0]
         if time.perf_counter() >= self._slice_ends:
-            await asyncio.sleep(0)
-            self._slice_ends = time.perf_counter() + self.time_slice
+            await self._next_slice()
         return generation
+
+    async def _next_slice(self) -> None:
+        """Give the event loop a turn; the inline policy's next time slice starts after it."""
+        await asyncio.sleep(0)
+        self._slice_ends = time.perf_counter() + self.time_slice
 
     def _queued(self, request: GenerationRequest) -> asyncio.Future[Generation]:
         future = asyncio.get_running_loop().create_future()
@@ -343,22 +359,34 @@ class _Run:
     on_turn: Callable[[Turn], None] | None = None
 
 
-def generated_turn(generation: Generation, action: str | None, **env_side: Any) -> Turn:
+def generated_turn(
+    generation: Generation,
+    action: str | None,
+    *,
+    observation: str,
+    reward: float,
+    state_key: str | None,
+    info: dict[str, Any],
+    timings: dict[str, float],
+) -> Turn:
     """The :class:`Turn` of a response: ``generation``'s text and token data, the parsed
     ``action`` (``None``: no action in the response, recorded as ``""`` and invalid), and the
-    env's side (``observation``, ``reward``, ``state_key``, ``info`` with its ``action_valid``,
-    ``timings``) from ``env_side``."""
-    info = env_side.get("info", {})
+    env's side: the ``observation`` answered, ``reward``, the ``state_key`` acted from, the
+    ``info`` after the step (its ``action_valid``) and ``timings``."""
     return Turn(
+        observation=observation,
         action=action or "",
         action_valid=action is not None and bool(info.get("action_valid", True)),
+        reward=reward,
+        state_key=state_key,
         response_text=generation.text,
         prompt_ids=generation.prompt_ids or (),
         response_ids=generation.response_ids or (),
         response_logprobs=generation.logprobs or (),
         finish_reason=generation.finish_reason,
         policy_version=generation.policy_version,
-        **env_side,
+        info=info,
+        timings=timings,
     )
 
 
@@ -399,7 +427,11 @@ async def _run_episode(run: _Run, task: Task, group_id: str, member: int) -> Epi
         for turn_index in range(run.max_turns):
             phase = "generate"
             request = GenerationRequest(
-                messages=run.prompter.messages(system, past, obs, info.get("admissible_actions")),
+                messages=(
+                    run.prompter.messages(system, past, obs, info.get("admissible_actions"))
+                    if run.batcher.reads_messages
+                    else []
+                ),
                 sampling=run.sampling,
                 seed=request_seed(task.seed, member, turn_index),
                 observation=obs,

@@ -10,15 +10,18 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
 - the plain parallel loop keeping every seat's transitions (observation, action, reward, info)
   until its last game ends, as a loop that collects training data must: what keeping the data
   costs by itself (the garbage collector walks what is kept), which ``collect`` pays too;
-- ``agentgym.multiagent.collect`` with the bots as a policy (requests, prompts, recording every
-  seat's episode), up to 64 games at once, then one game at a time. The bots are an inline
-  policy (they await nothing), so each request is answered as it is made, without a batch; the
-  event loop gets a turn once a 5 ms time slice has passed;
+- ``agentgym.multiagent.collect`` with the bots as a policy (requests, recording every seat's
+  episode), up to 64 games at once, then one game at a time. The bots are an inline policy
+  (they await nothing) that reads no chat messages: the seats of a game that act in one step
+  are answered together in one call as soon as they ask, without waiting for a batch, and
+  without building a chat; the event loop gets a turn once a 5 ms time slice has passed;
 - ``collect`` with a zero-latency scripted policy (the first admissible answer), timing the
-  env's ``reset``/``step`` inside it: the engine's share is that time over the wall time.
+  env's ``reset``/``step`` inside it: the engine's share is that time over the wall time. (The
+  bots rows do not time the env, as the plain loops do not.)
 
 ``steps`` counts env calls: the ``collect`` rows count each game's ``reset`` too (one more per
-game than the plain parallel loop). A busy machine slows whatever runs while it is busy, so every
+game than the plain parallel loop; the warm-up checks that ``collect`` plays the plain loop's
+games). A busy machine slows whatever runs while it is busy, so every
 row runs ``--rounds`` times, the rows alternated (a different one first in each round); the
 table gives each row's median, and its games/s over the plain parallel loop's and over the
 keeping loop's of the same round (medians; the range of the first).
@@ -136,15 +139,19 @@ class EnvClock:
         return call
 
 
-def collected(games: int, preset: str, policy: Any, concurrency: int = 64) -> tuple[int, float, float | None]:
+def collected(
+    games: int, preset: str, policy: Any, concurrency: int = 64, timed: bool = False
+) -> tuple[int | None, float, float | None]:
     """(env steps, seconds, seconds inside the env) of ``games`` games through ``collect``,
-    ``concurrency`` at once."""
+    ``concurrency`` at once. Untimed (``timed=False``: the env is not wrapped, as the plain
+    loops' is not), the steps and the seconds inside the env are ``None``."""
     clock = EnvClock(preset)
+    make = clock if timed else lambda: werewolf.parallel_env(preset=preset)
     start = time.perf_counter()
-    episodes = collect(clock, policy, default_tasks(games), concurrency=concurrency, progress=False)
+    episodes = collect(make, policy, default_tasks(games), concurrency=concurrency, progress=False)
     elapsed = time.perf_counter() - start
     assert not any(e.error for e in episodes)
-    return clock.steps, elapsed, clock.seconds
+    return (clock.steps, elapsed, clock.seconds) if timed else (None, elapsed, None)
 
 
 def main() -> None:
@@ -158,7 +165,7 @@ def main() -> None:
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one run of one row (--instructions)
     args = parser.parse_args()
     scripted = ScriptedPolicy(lambda obs, info: info["admissible_actions"][0])
-    runs: dict[str, Callable[[], tuple[int, float, float | None]]] = {
+    runs: dict[str, Callable[[], tuple[int | None, float, float | None]]] = {
         "parallel env, bots (plain loop)": lambda: (*parallel_loop(args.games, args.preset), None),
         "parallel env, bots, keeping transitions": lambda: (
             *parallel_loop(args.games, args.preset, True),
@@ -167,7 +174,7 @@ def main() -> None:
         "AEC env, bots (plain loop)": lambda: (*aec_loop(args.games, args.preset), None),
         "collect, bots": lambda: collected(args.games, args.preset, BotPolicy()),
         "collect, bots, one game at a time": lambda: collected(args.games, args.preset, BotPolicy(), 1),
-        "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted),
+        "collect, zero-latency scripted": lambda: collected(args.games, args.preset, scripted, timed=True),
     }
     if args.instructions:
         rows = [
@@ -177,23 +184,25 @@ def main() -> None:
             "collect, bots, one game at a time",
         ]
         return count_instructions(args, rows)
-    parallel_loop(5, args.preset)  # warm-up: imports, first games
-    collected(5, args.preset, BotPolicy())
+    # warm-up (imports, first games), and a check that collect plays the plain loop's games
+    assert collected(5, args.preset, BotPolicy(), timed=True)[0] == parallel_loop(5, args.preset)[0] + 5
     if args.row is not None:
         if args.row:
             runs[args.row]()
         return
     seconds: dict[str, list[float]] = {name: [] for name in runs}
-    steps: dict[str, int] = {}
+    counted: dict[str, int | None] = {}
     engine: dict[str, list[float]] = {name: [] for name in runs}
     names = list(runs)
     for round_ in range(args.rounds):  # a different row first in each round
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            steps[name], elapsed, inside = runs[name]()
+            counted[name], elapsed, inside = runs[name]()
             seconds[name].append(elapsed)
             if inside is not None:
                 engine[name].append(inside / elapsed)
     plain, keeping = np.asarray(seconds[names[0]]), np.asarray(seconds[names[1]])
+    # untimed collect rows: the plain parallel loop's games and their resets
+    steps = {name: counted[name] or (counted[names[0]] or 0) + args.games for name in names}
     table = Table(
         title=f"Werewolf ({args.preset}), {args.games} games per row, median of {args.rounds} rounds",
         caption="vs plain loop: games/s over the plain parallel loop's in the same round (median, range); "

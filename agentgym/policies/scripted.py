@@ -67,6 +67,7 @@ class ScriptedPolicy:
     """
 
     inline = True
+    reads_messages = False
 
     def __init__(self, act: Act | str, action_tag: str | None = "action"):
         self.act = resolve_act(act)
@@ -84,6 +85,7 @@ class RandomPolicy:
     """
 
     inline = True
+    reads_messages = False
 
     def __init__(self, seed: int | None = None, action_tag: str | None = "action"):
         self.rng = np.random.default_rng(seed)

@@ -95,6 +95,16 @@ def test_an_inline_policy_answers_each_request_alone_and_batched_seats_still_sha
     ]
 
 
+def test_an_inline_policy_answers_the_seats_of_a_game_that_act_together_in_one_call():
+    rules, tasks = Rules(), [Task(None, 0), Task(None, 1)]
+    together = collect(counter, rules, tasks, concurrency=1, progress=False)
+    assert rules.batches == [2, 2, 2, 1] * 2  # alice and bob each step, alice alone at the end
+    alone = collect(counter, {"alice": Rules(), "bob": Rules()}, tasks, progress=False)
+    assert [[(t.action, t.reward) for t in e.turns] for e in together] == [
+        [(t.action, t.reward) for t in e.turns] for e in alone
+    ]
+
+
 def _steps_of_two_games(env_class: type[CounterParallelEnv]) -> list[int]:
     """The game (its env's id) of each step of two concurrent 4-step games of ``env_class``,
     every seat an inline policy."""

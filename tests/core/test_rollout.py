@@ -268,6 +268,62 @@ def test_an_inline_policy_is_asked_when_its_request_is_awaited_and_waits_while_p
     asyncio.run(main())
 
 
+def test_submit_all_asks_an_inline_policy_once_and_queues_the_others():
+    class Rules:
+        inline = True
+
+        def __init__(self):
+            self.calls: list[list[int | None]] = []
+
+        async def generate(self, requests):
+            self.calls.append([r.seed for r in requests])
+            return [Generation(text=str(r.seed)) for r in requests]
+
+    class Model(Rules):
+        inline = False
+
+    async def main():
+        requests = [GenerationRequest(messages=[], seed=s) for s in range(3)]
+        for policy in (Rules(), Model()):
+            batcher = RequestBatcher(policy, max_batch=8)
+            assert [g.text for g in await batcher.submit_all(requests)] == ["0", "1", "2"]
+            assert policy.calls == [[0, 1, 2]]
+        rules = Rules()
+        batcher = RequestBatcher(rules)
+        batcher.pause()
+        held = asyncio.ensure_future(batcher.submit_all(requests))
+        await asyncio.sleep(0.01)
+        assert not held.done() and rules.calls == []
+        batcher.resume()
+        assert [g.text for g in await asyncio.wait_for(held, 1)] == ["0", "1", "2"]
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("reads_messages", [True, False])
+def test_a_policy_that_reads_no_messages_is_sent_none(reads_messages):
+    seen: list[GenerationRequest] = []
+
+    def act(obs, info):
+        return "x"
+
+    policy = ScriptedPolicy(act)
+    policy.reads_messages = reads_messages
+    generate = policy.generate
+
+    async def recording(requests):
+        seen.extend(requests)
+        return await generate(requests)
+
+    policy.generate = recording
+    collect(ProbeEnv, policy, default_tasks(1), max_turns=2, progress=False)
+    assert len(seen) == 2 and all(r.observation for r in seen)
+    if reads_messages:
+        assert [m["role"] for m in seen[1].messages] == ["system", "user", "assistant", "user"]
+    else:
+        assert all(r.messages == [] for r in seen)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="group_size"):
         collect(SOKOBAN, RandomPolicy(), default_tasks(1), group_size=0, progress=False)

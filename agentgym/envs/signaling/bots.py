@@ -39,6 +39,7 @@ class BotPolicy:
     policy's own generator, seeded by ``seed``."""
 
     inline = True
+    reads_messages = False
 
     def __init__(self, error_rate: float = 0.0, seed: int | None = None):
         if not 0.0 <= error_rate <= 1.0:

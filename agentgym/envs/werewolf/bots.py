@@ -93,6 +93,7 @@ class BotPolicy:
     policy's own generator, seeded by ``seed``."""
 
     inline = True
+    reads_messages = False
 
     def __init__(self, seed: int | None = None):
         self.rng = random.Random(seed)
