@@ -141,6 +141,8 @@ class Seat:
         self.signals = dict(signals or {})
         self.system = ""
         self.past: list[tuple[str, str]] = []
+        """(observation, response) of the seat's turns, for its chat (kept only when its policy
+        reads messages)."""
         self.received = 0.0
         """Env rewards (and signals) so far."""
         self._asked: tuple[str, dict[str, Any], Generation, str | None, float] | None = None
@@ -156,17 +158,15 @@ class Seat:
         """The request for the seat's action on ``observation``; :meth:`take` its answer."""
         if isinstance(observation, str):
             observation = str(observation)  # a str subclass (PettingZoo's typed text) is GC-tracked
-        request = GenerationRequest(
-            messages=(
-                self.prompter.messages(self.system, self.past, observation, info.get("admissible_actions"))
-                if self.batcher.reads_messages
-                else []
-            ),
-            sampling=self.sampling,
-            seed=request_seed(self.episode.seed, self.member, len(self.episode.turns)),
-            observation=observation,
-            info=info,
-            session=self.episode.episode_id,
+        request = GenerationRequest(  # in field order (keywords would cost a dict per turn)
+            self.prompter.messages(self.system, self.past, observation, info.get("admissible_actions"))
+            if self.batcher.reads_messages
+            else [],
+            self.sampling,
+            request_seed(self.episode.seed, self.member, len(self.episode.turns)),
+            observation,
+            info,
+            self.episode.episode_id,
         )
         self._asked_at = time.perf_counter()
         return request
@@ -205,7 +205,8 @@ class Seat:
                 timings={"generate": generate_seconds, "step": step_seconds},
             )
         )
-        self.past.append((observation, generation.text))
+        if self.batcher.reads_messages:
+            self.past.append((observation, generation.text))
 
     def credit(self, reward: float) -> None:
         """Add ``reward`` to the seat's last turn (to its outcome only, before any turn)."""
@@ -298,29 +299,23 @@ async def step_parallel(
     adds actions decided elsewhere (agents without a seat). Each seat's turn is recorded and its
     rewards credited; a finished seat's episode is closed. Returns what ``env.step`` returned,
     with ``infos`` merged into the previous ones."""
-    given = dict(given or {})
+    given = given or {}
     acting = [
         a for a in env.agents if a in seats and a not in given and infos[a].get("action_required", True)
     ]
     if not acting:  # no request, so no batcher to yield: let the loop run (other games, Ctrl-C)
         await asyncio.sleep(0)
-    by_batcher: dict[RequestBatcher, list[str]] = {}
+    by_batcher: dict[RequestBatcher, list[Seat]] = {}
     for agent in acting:
-        by_batcher.setdefault(seats[agent].batcher, []).append(agent)
-
-    async def answer(batcher: RequestBatcher, agents: list[str]) -> dict[str, str]:
-        requests = [seats[a].ask(observations[a], infos[a]) for a in agents]
-        generations = await batcher.submit_all(requests)
-        return {a: seats[a].take(r, g) for a, r, g in zip(agents, requests, generations)}
-
-    answers: dict[str, str] = {}
-    for batcher, agents in by_batcher.items():
+        by_batcher.setdefault(seats[agent].batcher, []).append(seats[agent])
+    actions: dict[str, str] = {}
+    for batcher, asking in by_batcher.items():
         if batcher.inline:
-            answers.update(await answer(batcher, agents))
-    waiting = [answer(b, agents) for b, agents in by_batcher.items() if not b.inline]
+            actions.update(await _ask(batcher, asking, observations, infos))
+    waiting = [_ask(b, asking, observations, infos) for b, asking in by_batcher.items() if not b.inline]
     for answered in await asyncio.gather(*waiting) if waiting else ():
-        answers.update(answered)
-    actions = {**{a: answers[a] for a in acting}, **given}
+        actions.update(answered)
+    actions.update(given)
     start = time.perf_counter()
     observations, rewards, terminations, truncations, step_infos = await _call(env, "step", actions)
     seconds = time.perf_counter() - start
@@ -329,13 +324,25 @@ async def step_parallel(
         seat = seats.get(agent)
         if seat is None:
             continue
-        if agent in acting:
+        if agent in actions and agent not in given:
             seat.record(reward, infos[agent], seconds)
         else:
             seat.credit(reward)
         if terminations[agent] or truncations[agent]:
             seat.finish(infos[agent], terminations[agent], truncations[agent])
     return observations, rewards, terminations, truncations, infos
+
+
+async def _ask(
+    batcher: RequestBatcher,
+    seats: list[Seat],
+    observations: Mapping[str, Any],
+    infos: Mapping[str, dict[str, Any]],
+) -> dict[str, str]:
+    """``{agent: action}`` of ``seats`` (all played by ``batcher``'s policy), asked together."""
+    requests = [seat.ask(observations[seat.episode.agent], infos[seat.episode.agent]) for seat in seats]
+    generations = await batcher.submit_all(requests)
+    return {seat.episode.agent: seat.take(r, g) for seat, r, g in zip(seats, requests, generations)}
 
 
 async def _play_parallel(

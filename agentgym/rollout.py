@@ -373,20 +373,21 @@ def generated_turn(
     ``action`` (``None``: no action in the response, recorded as ``""`` and invalid), and the
     env's side: the ``observation`` answered, ``reward``, the ``state_key`` acted from, the
     ``info`` after the step (its ``action_valid``) and ``timings``."""
+    # In field order: a class called with keywords first builds a dict of them (a cost per turn).
     return Turn(
-        observation=observation,
-        action=action or "",
-        action_valid=action is not None and bool(info.get("action_valid", True)),
-        reward=reward,
-        state_key=state_key,
-        response_text=generation.text,
-        prompt_ids=generation.prompt_ids or (),
-        response_ids=generation.response_ids or (),
-        response_logprobs=generation.logprobs or (),
-        finish_reason=generation.finish_reason,
-        policy_version=generation.policy_version,
-        info=info,
-        timings=timings,
+        observation,
+        action or "",
+        action is not None and bool(info.get("action_valid", True)),
+        reward,
+        state_key,
+        generation.text,
+        generation.prompt_ids or (),
+        generation.response_ids or (),
+        generation.logprobs or (),
+        generation.finish_reason,
+        generation.policy_version,
+        info,
+        timings,
     )
 
 
