@@ -105,6 +105,26 @@ def test_an_inline_policy_answers_the_seats_of_a_game_that_act_together_in_one_c
     ]
 
 
+def test_seats_of_a_policy_that_reads_no_messages_send_no_chat():
+    class Reading(Rules):
+        def __init__(self) -> None:
+            super().__init__()
+            self.requests: list[GenerationRequest] = []
+
+        async def generate(self, requests: list[GenerationRequest]) -> list[Generation]:
+            self.requests += requests
+            return await super().generate(requests)
+
+    class Blind(Reading):
+        reads_messages = False
+
+    reading, blind = Reading(), Blind()
+    collect(counter, {"alice": reading, "bob": blind}, [Task(None, 0)], progress=False)
+    # system + observation, then a turn more each time, up to the prompter's history (2 turns)
+    assert [len(r.messages) for r in reading.requests] == [2, 4, 6, 6]
+    assert all(r.messages == [] and r.observation for r in blind.requests) and len(blind.requests) == 3
+
+
 def _steps_of_two_games(env_class: type[CounterParallelEnv]) -> list[int]:
     """The game (its env's id) of each step of two concurrent 4-step games of ``env_class``,
     every seat an inline policy."""
