@@ -324,7 +324,7 @@ async def step_parallel(
         seat = seats.get(agent)
         if seat is None:
             continue
-        if agent in actions and agent not in given:
+        if agent in acting:
             seat.record(reward, infos[agent], seconds)
         else:
             seat.credit(reward)

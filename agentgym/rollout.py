@@ -158,22 +158,13 @@ class RequestBatcher:
         if not self.inline or self._paused:
             return list(await asyncio.gather(*(self._queued(r) for r in requests)))
         generations = self._counted(await self.policy.generate(requests), len(requests))
-        if time.perf_counter() >= self._slice_ends:
-            await self._next_slice()
+        if time.perf_counter() >= self._slice_ends:  # the slice is over: give the loop a turn
+            await asyncio.sleep(0)
+            self._slice_ends = time.perf_counter() + self.time_slice
         return generations
 
     async def _answer(self, request: GenerationRequest) -> Generation:
-        if self._paused:
-            return await self._queued(request)
-        generation = self._counted(await self.policy.generate([request]), 1)[0]
-        if time.perf_counter() >= self._slice_ends:
-            await self._next_slice()
-        return generation
-
-    async def _next_slice(self) -> None:
-        """Give the event loop a turn; the inline policy's next time slice starts after it."""
-        await asyncio.sleep(0)
-        self._slice_ends = time.perf_counter() + self.time_slice
+        return (await self.submit_all([request]))[0]
 
     def _queued(self, request: GenerationRequest) -> asyncio.Future[Generation]:
         future = asyncio.get_running_loop().create_future()

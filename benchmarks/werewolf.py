@@ -145,13 +145,13 @@ def collected(
     """(env steps, seconds, seconds inside the env) of ``games`` games through ``collect``,
     ``concurrency`` at once. Untimed (``timed=False``: the env is not wrapped, as the plain
     loops' is not), the steps and the seconds inside the env are ``None``."""
-    clock = EnvClock(preset)
-    make = clock if timed else lambda: werewolf.parallel_env(preset=preset)
+    clock = EnvClock(preset) if timed else None
+    make = clock or (lambda: werewolf.parallel_env(preset=preset))
     start = time.perf_counter()
     episodes = collect(make, policy, default_tasks(games), concurrency=concurrency, progress=False)
     elapsed = time.perf_counter() - start
     assert not any(e.error for e in episodes)
-    return (clock.steps, elapsed, clock.seconds) if timed else (None, elapsed, None)
+    return (clock.steps, elapsed, clock.seconds) if clock else (None, elapsed, None)
 
 
 def main() -> None:

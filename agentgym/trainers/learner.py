@@ -270,6 +270,13 @@ def _packing_pays(rows: Sequence[TrainingRow]) -> bool:
     return tree * (1 + tree / ATTENTION_TOKENS) < padded
 
 
+def _log_softmax(logits: torch.Tensor, entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities over the vocabulary (last axis) in float32, and their entropy (nats)
+    when asked for."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return logprobs, -(logprobs.exp() * logprobs).sum(-1) if entropy else None
+
+
 class Learner:
     """Holds the trainable model, its optimizer and reference, and updates them. ``world``: this
     rank's place among torchrun's (its device follows ``LOCAL_RANK``); default: one process."""
@@ -395,10 +402,9 @@ class Learner:
         if wanted["values"]:
             last_prompt = tree.slots.gather(1, prompts[:, None] - 1).squeeze(1)
             value = self._value(out.hidden_states[-1][0, last_prompt])
-        logprobs_all = torch.log_softmax(out.logits[0].float(), dim=-1)  # [needed, vocab]
+        logprobs_all, ent = _log_softmax(out.logits[0], wanted["entropy"])  # [needed, vocab]
         logprobs = logprobs_all[which, tree.ids[0, tree.slots.gather(1, at)]]
-        ent = -(logprobs_all.exp() * logprobs_all).sum(-1)[which] if wanted["entropy"] else None
-        return logprobs, ent, value
+        return logprobs, None if ent is None else ent[which], value
 
     def _rows(
         self, model: Any, rows: list[TrainingRow], lengths: torch.Tensor, mask: torch.Tensor, **wanted: bool
@@ -436,9 +442,8 @@ class Learner:
             last_prompt = suffix_ids.shape[1] - 1 - lengths
             value = self._value(out.hidden_states[-1][torch.arange(len(rows)), last_prompt])
         # logits[:, t] predicts token t + 1: the last `longest` targets are predicted by [:-1].
-        logprobs_all = torch.log_softmax(out.logits[:, :-1].float(), dim=-1)
+        logprobs_all, ent = _log_softmax(out.logits[:, :-1], wanted["entropy"])
         logprobs = logprobs_all.gather(-1, suffix_ids[:, -longest:, None]).squeeze(-1)
-        ent = -(logprobs_all.exp() * logprobs_all).sum(-1) if wanted["entropy"] else None
         return logprobs, ent, value
 
     def _value(self, hidden: torch.Tensor) -> torch.Tensor:
