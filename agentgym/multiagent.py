@@ -54,6 +54,7 @@ from typing import Any, TypeAlias, TypeVar
 from pettingzoo import AECEnv, ParallelEnv
 
 from agentgym.episode import Episode
+from agentgym.heap import deferred_full_collections
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make_aec, make_parallel, manifest
@@ -326,7 +327,7 @@ async def step_parallel(
             continue
         if agent in acting:
             seat.record(reward, infos[agent], seconds)
-        else:
+        elif reward:
             seat.credit(reward)
         if terminations[agent] or truncations[agent]:
             seat.finish(infos[agent], terminations[agent], truncations[agent])
@@ -367,7 +368,8 @@ async def _play_aec(
         seats[agent].start(infos[agent])
     for agent in env.agent_iter(max_game_steps):
         observation, reward, terminated, truncated, info = env.last()
-        seats[agent].credit(reward)
+        if reward:
+            seats[agent].credit(reward)
         infos[agent] = info
         if terminated or truncated:
             env.step(None)
@@ -507,6 +509,9 @@ async def acollect(
             save its episodes and record as soon as it ends.
         skip: ``skip(task, member)`` true leaves that game out (e.g. one a resumed evaluation
             already has).
+
+    Like :func:`agentgym.rollout.acollect`, it runs with the cycle collector's full collections
+    deferred (:func:`~agentgym.heap.deferred_full_collections`).
     """
     if group_size < 1 or max_game_steps < 1 or concurrency < 1:
         raise ValueError(
@@ -561,7 +566,7 @@ async def acollect(
             on_game(game)
         return game
 
-    with bar:
+    with bar, deferred_full_collections():
         try:
             await _check_seats(run, tasks)
             async with asyncio.TaskGroup() as group:

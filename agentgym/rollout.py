@@ -43,6 +43,7 @@ from rich.progress import (
 from agentgym.asyncenv import async_twins
 from agentgym.env import TextEnv
 from agentgym.episode import Episode, Turn
+from agentgym.heap import deferred_full_collections
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make, manifest
@@ -713,6 +714,9 @@ async def acollect(
         tags: labels put on every episode (``Episode.tags``).
         skip: ``skip(task, member)`` true leaves that episode out (e.g. one a resumed
             evaluation already has); the result holds only the episodes run.
+
+    Everything the episodes record lives until the call returns, so it runs with the cycle
+    collector's full collections deferred (:func:`~agentgym.heap.deferred_full_collections`).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -744,7 +748,7 @@ async def acollect(
         return episode
 
     async with runner:
-        with bar:
+        with bar, deferred_full_collections():
             async with asyncio.TaskGroup() as group:
                 running = [group.create_task(one(t, m)) for t, m in units]
             return [r.result() for r in running]
