@@ -33,7 +33,7 @@ less that of a process which only imports and warms up): a count the machine's l
 change, unlike seconds. What it leaves out is where time goes without instructions: memory
 stalls, most of them the garbage collector's walks over what is kept.
 
-    .venv/bin/python benchmarks/werewolf.py [--games 200] [--rounds 5] [--preset arena]
+    .venv/bin/python benchmarks/werewolf.py [--games 200] [--rounds 10] [--preset arena]
         [--instructions]
 """
 
@@ -160,7 +160,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=5, help="runs of every row, alternated")
+    parser.add_argument("--rounds", type=int, default=10, help="runs of every row, alternated")
     parser.add_argument("--preset", default="arena", choices=["arena", "lspo"])
     parser.add_argument("--instructions", action="store_true", help="count CPU instructions (valgrind)")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one run of one row (--instructions)
