@@ -15,12 +15,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["deferred_full_collections"]
+__all__ = ["FULL_COLLECTION_EVERY", "deferred_full_collections"]
 
 FULL_COLLECTION_EVERY = 100
-"""Middle-generation collections between two full ones inside :func:`deferred_full_collections`
-(CPython's default is 10): with the default young thresholds, one full collection per about
-700,000 net allocations of tracked objects."""
+"""The oldest generation's threshold inside :func:`deferred_full_collections`: middle-generation
+collections between two full ones (CPython's default is 10). With CPython 3.11's default young
+thresholds, at most one full collection per about 700,000 net allocations of tracked objects
+(CPython also waits until the objects added since the last full collection are a quarter of
+those it walked then)."""
 
 _lock = threading.Lock()
 _holders = 0
@@ -35,16 +37,17 @@ def deferred_full_collections() -> Iterator[None]:
     Young collections run as before, so short-lived reference cycles are freed as soon as
     without the block; a full collection still comes every :data:`FULL_COLLECTION_EVERY`
     middle-generation collections, which bounds the older cyclic garbage that can wait for it.
-    Blocks may overlap, in any threads: the threshold goes back when the last one ends (to what
-    it was before the first, unless someone set it in between). A Python whose collector
-    ignores the threshold (an incremental collector) runs the block unchanged.
+    Blocks may overlap, in any threads: the threshold is raised when the first begins and set
+    back when the last ends, to what it was before the first, unless it no longer is the value
+    the first set (someone else's choice, made meanwhile, stays). A collector that ignores the
+    threshold (CPython 3.14.0's incremental one) runs the block unchanged.
     """
     global _holders, _saved
     with _lock:
         if _holders == 0:
-            _saved = gc.get_threshold()[2]
+            young, middle, _saved = gc.get_threshold()
             if _saved < FULL_COLLECTION_EVERY:
-                gc.set_threshold(*gc.get_threshold()[:2], FULL_COLLECTION_EVERY)
+                gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
         _holders += 1
     try:
         yield
