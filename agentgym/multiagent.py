@@ -327,7 +327,7 @@ async def step_parallel(
             continue
         if agent in acting:
             seat.record(reward, infos[agent], seconds)
-        elif reward != 0:  # adding 0 changes nothing (None or text still fail in credit)
+        else:
             seat.credit(reward)
         if terminations[agent] or truncations[agent]:
             seat.finish(infos[agent], terminations[agent], truncations[agent])
@@ -368,8 +368,7 @@ async def _play_aec(
         seats[agent].start(infos[agent])
     for agent in env.agent_iter(max_game_steps):
         observation, reward, terminated, truncated, info = env.last()
-        if reward != 0:
-            seats[agent].credit(reward)
+        seats[agent].credit(reward)
         infos[agent] = info
         if terminated or truncated:
             env.step(None)
