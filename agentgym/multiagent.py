@@ -33,6 +33,9 @@ Info keys that multi-agent envs add to the standard ones of :class:`~agentgym.en
 | ``signals`` | ``{name: value}`` facts about the agent's last action, for ``signals=`` shaping |
 | ``metrics`` | at the end: ``{name: [hits, trials]}`` rates that the harness aggregates per role |
 
+An env whose agents have roles may list them in ``metadata["roles"]`` (the values ``info["role"]``
+takes): trainers check ``train_roles`` against it.
+
 An env may also have ``game_record()`` (the whole game as JSON values, for people): when
 ``acollect`` is given an ``on_game``, it is kept in each :class:`GameResult` passed to it, with the
 env's final ``render()`` when the env was made with a ``render_mode`` (without an ``on_game``

@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import json
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -140,7 +141,8 @@ class TrainConfig:
     is drawn (:class:`~agentgym.trainers.league.LeagueConfig`)."""
     train_roles: list[str] = field(default_factory=list)
     """Multi-agent envs: the roles whose turns are trained on; empty: every role the policy
-    played. Credit compares an episode only with the policy's episodes of the same role from
+    played. Each must be one the env deals (its ``metadata["roles"]``, where it lists them).
+    Credit compares an episode only with the policy's episodes of the same role from
     the same seed (``TurnTable.from_episodes(..., group_by="role")``)."""
     max_game_steps: int = 1000
     """Multi-agent envs: env steps (an AEC env: agent turns) after which a game is truncated."""
@@ -235,7 +237,8 @@ class TrainConfig:
         self.league = LeagueConfig(**self.league) if isinstance(self.league, dict) else self.league
         self._check_league()
         if self.multiagent:
-            agents, _ = multiagent.possible_agents(self.env, self.env_kwargs)
+            agents, metadata = multiagent.possible_agents(self.env, self.env_kwargs)
+            self._check_train_roles(metadata.get("roles"))
             multiagent.seat_policies(
                 agents, "policy", self.seats, None if self.opponent is None else "opponent"
             )
@@ -281,6 +284,25 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         self.make_sampler()  # bad sampler options fail now, not at the first step
         World.from_env(self.learner.device, self.learner.dist_timeout_s)  # a bad torchrun launch, too
+
+    def _check_train_roles(self, roles: list[str] | None) -> None:
+        """``ValueError`` for a trained role that the env does not deal (its ``metadata["roles"]``):
+        it would train on nothing. An env that lists no roles cannot be checked: a warning."""
+        if not self.train_roles:
+            return
+        if roles is None:
+            warnings.warn(
+                f"{self.env} lists no roles (metadata['roles']): train_roles={self.train_roles} "
+                f"is not checked, and a role its agents never have trains on nothing",
+                stacklevel=2,
+            )
+            return
+        unknown = [r for r in self.train_roles if r not in roles]
+        if unknown:
+            raise ValueError(
+                f"train_roles {unknown} are not roles of {self.env} (with these env_kwargs): "
+                f"it deals {list(roles)}"
+            )
 
     def _check_league(self) -> None:
         """``ValueError`` for a string opponent other than ``league``, and for what a league

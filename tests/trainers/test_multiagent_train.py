@@ -17,9 +17,12 @@ from typing import Any
 
 import pytest
 
+from agentgym import registry
 from agentgym.episode import Episode
 from agentgym.trainers.learner import Learner, TrainingRow
 from agentgym.trainers.loop import TrainConfig, Trainer, train
+
+from support import FIXTURES
 
 BOT = {"_target_": "agentgym.envs.signaling.bots.BotPolicy"}
 SIGNALING = {
@@ -67,6 +70,25 @@ def test_bad_multiagent_configuration():
         TrainConfig.from_dict({**SIGNALING, "sandbox": "local"})
     with pytest.raises(ValueError, match="for multi-agent envs; agentgym/Sokoban-v0 is not one"):
         TrainConfig.from_dict({**SIGNALING, "env": "agentgym/Sokoban-v0", "opponent": None})
+
+
+def test_trained_roles_must_be_roles_the_env_deals(monkeypatch):
+    with pytest.raises(ValueError, match=r"train_roles \['vilager'\] are not roles of agentgym/Werewolf-v0"):
+        TrainConfig.from_dict({**WEREWOLF, "train_roles": ["villager", "vilager"]})
+    without_doctor = {**WEREWOLF, "env_kwargs": {**WEREWOLF["env_kwargs"], "doctors": 0}}
+    with pytest.raises(ValueError, match=r"it deals \['werewolf', 'seer', 'villager'\]"):
+        TrainConfig.from_dict({**without_doctor, "train_roles": ["doctor"]})
+    assert TrainConfig.from_dict({**SIGNALING, "train_roles": ["receiver"]}).train_roles == ["receiver"]
+    # an env that lists no roles: the roles cannot be checked, and the config says so
+    for name in ("_manifests", "_multiagent", "_multiagent_kwargs"):
+        monkeypatch.setattr(registry, name, dict(getattr(registry, name)))
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    registry.register_multiagent(
+        "test/Counter-parallel-v0", parallel_entry_point="parallel_env:CounterParallelEnv"
+    )
+    counter = {**SIGNALING, "env": "test/Counter-parallel-v0", "seats": ["alice"], "train_roles": ["x"]}
+    with pytest.warns(UserWarning, match=r"lists no roles \(metadata\['roles'\]\): train_roles=\['x'\]"):
+        TrainConfig.from_dict(counter)
 
 
 @pytest.mark.slow

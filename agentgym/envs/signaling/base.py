@@ -27,7 +27,16 @@ import random
 from typing import Any, ClassVar
 
 from agentgym.env import MAX_OBSERVATION_CHARS, TypedText, UnicodeText
-from agentgym.envs.signaling.game import AGENTS, MAX_RESPONSE_CHARS, TEAM, Answered, Game, to_text
+from agentgym.envs.signaling.game import (
+    AGENTS,
+    MAX_RESPONSE_CHARS,
+    RECEIVER,
+    SENDER,
+    TEAM,
+    Answered,
+    Game,
+    to_text,
+)
 from agentgym.envs.signaling.tasks import HIGHEST, draw_index, make_task, parse_task_id
 from agentgym.seeding import check_split
 
@@ -43,9 +52,15 @@ class SignalingBase:
         cards: cards on the table each round, from 2 to 9.
         sender: ``"player_1"`` or ``"player_2"`` sends in every game; ``None``: each task says.
         render_mode: ``"ansi"`` (the record as text), ``"human"`` (printed) or ``None``.
+
+    ``metadata["roles"]``: ``["sender", "receiver"]``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"name": "signaling_v0", "render_modes": ["ansi", "human"]}
+    metadata: ClassVar[dict[str, Any]] = {
+        "name": "signaling_v0",
+        "render_modes": ["ansi", "human"],
+        "roles": [SENDER, RECEIVER],
+    }
 
     def __init__(
         self,

@@ -19,7 +19,7 @@ exists. For parallel play use :func:`agentgym.envs.werewolf.parallel_env`, the n
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from pettingzoo import AECEnv
 
@@ -33,7 +33,7 @@ __all__ = ["WerewolfAECEnv"]
 class WerewolfAECEnv(WerewolfBase, AECEnv):
     """Werewolf, one agent at a time. Arguments: see :class:`~.base.WerewolfBase`."""
 
-    metadata: ClassVar[dict[str, Any]] = {**WerewolfBase.metadata, "is_parallelizable": False}
+    metadata: dict[str, Any] = {**WerewolfBase.metadata, "is_parallelizable": False}  # noqa: RUF012
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self._new_game(seed, options)

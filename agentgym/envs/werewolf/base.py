@@ -24,7 +24,7 @@ and ``werewolf``, the agent's knowledge as values for rule-based bots
 from __future__ import annotations
 
 import random
-from typing import Any, ClassVar
+from typing import Any
 
 from agentgym.env import MAX_OBSERVATION_CHARS, UnicodeText
 from agentgym.envs.werewolf.actions import MAX_RESPONSE_CHARS
@@ -53,9 +53,12 @@ class WerewolfBase:
         render_mode: ``"ansi"`` (the record as text), ``"human"`` (printed), ``"html"`` (a
             self-contained HTML transcript) or ``None``.
         options: rule options of :class:`~agentgym.envs.werewolf.rules.Rules`.
+
+    ``metadata["roles"]``: the roles the rules deal (those with at least one player), in
+    :data:`~agentgym.envs.werewolf.rules.ROLES` order.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {
+    metadata: dict[str, Any] = {  # noqa: RUF012 (each instance has its own: the roles it deals)
         "name": "werewolf_v0",
         "render_modes": ["ansi", "human", "html"],
     }
@@ -68,6 +71,8 @@ class WerewolfBase:
                 f"{self.metadata['render_modes']} or None"
             )
         self.render_mode = render_mode
+        counts = self.rules.role_counts()
+        self.metadata = {**self.metadata, "roles": [role for role, n in counts.items() if n]}
         self.possible_agents = [agent_of(seat) for seat in range(self.rules.num_players)]
         self.agents: list[str] = []
         self.observation_spaces = {a: UnicodeText(MAX_OBSERVATION_CHARS) for a in self.possible_agents}
