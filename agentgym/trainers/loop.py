@@ -294,9 +294,11 @@ class TrainConfig:
             warnings.warn(
                 f"{self.env} lists no roles (metadata['roles']): train_roles={self.train_roles} "
                 f"is not checked, and a role its agents never have trains on nothing",
-                stacklevel=2,
+                stacklevel=4,  # the caller of TrainConfig(...)
             )
             return
+        if not isinstance(roles, list | tuple):
+            raise TypeError(f"{self.env}: metadata['roles'] must be a list of role names, got {roles!r}")
         unknown = [r for r in self.train_roles if r not in roles]
         if unknown:
             raise ValueError(

@@ -87,7 +87,7 @@ def test_trained_roles_must_be_roles_the_env_deals(monkeypatch):
     registry.register_multiagent(
         "test/Counter-parallel-v0", parallel_entry_point="parallel_env:CounterParallelEnv"
     )
-    counter = {**SIGNALING, "env": "test/Counter-parallel-v0", "seats": ["alice"], "train_roles": ["x"]}
+    counter = {"env": "test/Counter-parallel-v0", "estimator": "grpo", "train_roles": ["x"]}
     with pytest.warns(UserWarning, match=r"lists no roles \(metadata\['roles'\]\): train_roles=\['x'\]"):
         TrainConfig.from_dict(counter)
 

@@ -53,13 +53,13 @@ class SignalingBase:
         sender: ``"player_1"`` or ``"player_2"`` sends in every game; ``None``: each task says.
         render_mode: ``"ansi"`` (the record as text), ``"human"`` (printed) or ``None``.
 
-    ``metadata["roles"]``: ``["sender", "receiver"]``.
+    ``metadata["roles"]``: ``("sender", "receiver")``.
     """
 
     metadata: ClassVar[dict[str, Any]] = {
         "name": "signaling_v0",
         "render_modes": ["ansi", "human"],
-        "roles": [SENDER, RECEIVER],
+        "roles": (SENDER, RECEIVER),
     }
 
     def __init__(

@@ -33,7 +33,7 @@ __all__ = ["WerewolfAECEnv"]
 class WerewolfAECEnv(WerewolfBase, AECEnv):
     """Werewolf, one agent at a time. Arguments: see :class:`~.base.WerewolfBase`."""
 
-    metadata: dict[str, Any] = {**WerewolfBase.metadata, "is_parallelizable": False}  # noqa: RUF012
+    metadata: dict[str, Any] = {**WerewolfBase.metadata, "is_parallelizable": False}  # noqa: RUF012 (see WerewolfBase)
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self._new_game(seed, options)

@@ -54,8 +54,8 @@ class WerewolfBase:
             self-contained HTML transcript) or ``None``.
         options: rule options of :class:`~agentgym.envs.werewolf.rules.Rules`.
 
-    ``metadata["roles"]``: the roles the rules deal (those with at least one player), in
-    :data:`~agentgym.envs.werewolf.rules.ROLES` order.
+    ``metadata["roles"]``: the roles the rules deal
+    (:meth:`~agentgym.envs.werewolf.rules.Rules.dealt_roles`).
     """
 
     metadata: dict[str, Any] = {  # noqa: RUF012 (each instance has its own: the roles it deals)
@@ -71,8 +71,7 @@ class WerewolfBase:
                 f"{self.metadata['render_modes']} or None"
             )
         self.render_mode = render_mode
-        counts = self.rules.role_counts()
-        self.metadata = {**self.metadata, "roles": [role for role, n in counts.items() if n]}
+        self.metadata = {**self.metadata, "roles": self.rules.dealt_roles()}
         self.possible_agents = [agent_of(seat) for seat in range(self.rules.num_players)]
         self.agents: list[str] = []
         self.observation_spaces = {a: UnicodeText(MAX_OBSERVATION_CHARS) for a in self.possible_agents}

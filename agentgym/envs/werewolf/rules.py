@@ -100,6 +100,11 @@ class Rules:
         """Players per role, every role of :data:`ROLES` present (zeros included)."""
         return {WEREWOLF: self.werewolves, SEER: self.seers, DOCTOR: self.doctors, VILLAGER: self.villagers}
 
+    def dealt_roles(self) -> list[str]:
+        """The roles with at least one player, in :data:`ROLES` order."""
+        counts = self.role_counts()
+        return [role for role in ROLES if counts[role]]
+
     @classmethod
     def preset(cls, name: str = "arena", **overrides: Any) -> Rules:
         """The rules of preset ``name`` with ``overrides`` applied. Unknown option names raise

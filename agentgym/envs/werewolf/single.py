@@ -38,7 +38,6 @@ from agentgym.envs.werewolf.bots import BotPolicy
 from agentgym.envs.werewolf.engine import LETTERS, draw_deal
 from agentgym.envs.werewolf.parallel import WerewolfParallelEnv
 from agentgym.envs.werewolf.record import to_text
-from agentgym.envs.werewolf.rules import ROLES
 from agentgym.episode import Episode
 from agentgym.multiagent import Batchers, Seat, default_prompter, step_parallel
 from agentgym.policy import Policy, SamplingParams
@@ -84,11 +83,9 @@ class WerewolfEnv(TextEnv):
         agents = self.game_env.possible_agents
         if seat not in agents:
             raise ValueError(f"seat must be one of {agents[0]} .. {agents[-1]}, got {seat!r}")
-        if role is not None and not (role in ROLES and self.rules.role_counts()[role]):
+        if role is not None and role not in self.rules.dealt_roles():
             raise ValueError(
-                f"role must be a role of the game, one of "
-                f"{[r for r, n in self.rules.role_counts().items() if n]}, "
-                f"got {role!r}"
+                f"role must be a role of the game, one of {self.rules.dealt_roles()}, got {role!r}"
             )
         self.seat, self.role = seat, role
         self.others = self._policies(others, [a for a in agents if a != seat])
