@@ -83,10 +83,9 @@ class WerewolfEnv(TextEnv):
         agents = self.game_env.possible_agents
         if seat not in agents:
             raise ValueError(f"seat must be one of {agents[0]} .. {agents[-1]}, got {seat!r}")
-        if role is not None and role not in self.rules.dealt_roles():
-            raise ValueError(
-                f"role must be a role of the game, one of {self.rules.dealt_roles()}, got {role!r}"
-            )
+        dealt = self.game_env.metadata["roles"]
+        if role is not None and role not in dealt:
+            raise ValueError(f"role must be a role of the game, one of {dealt}, got {role!r}")
         self.seat, self.role = seat, role
         self.others = self._policies(others, [a for a in agents if a != seat])
         self.prompter = prompter or default_prompter(self.family)
