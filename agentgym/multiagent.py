@@ -305,7 +305,7 @@ async def step_parallel(
     with ``infos`` merged into the previous ones."""
     given = given or {}
     acting = [
-        a for a in env.agents if a in seats and a not in given and infos[a].get("action_required", True)
+        a for a in env.agents if infos[a].get("action_required", True) and a in seats and a not in given
     ]
     if not acting:  # no request, so no batcher to yield: let the loop run (other games, Ctrl-C)
         await asyncio.sleep(0)
@@ -330,7 +330,7 @@ async def step_parallel(
             continue
         if agent in acting:
             seat.record(reward, infos[agent], seconds)
-        else:
+        elif reward:
             seat.credit(reward)
         if terminations[agent] or truncations[agent]:
             seat.finish(infos[agent], terminations[agent], truncations[agent])

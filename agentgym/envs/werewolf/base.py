@@ -74,8 +74,10 @@ class WerewolfBase:
         self.metadata = {**self.metadata, "roles": self.rules.dealt_roles()}
         self.possible_agents = [agent_of(seat) for seat in range(self.rules.num_players)]
         self.agents: list[str] = []
-        self.observation_spaces = {a: UnicodeText(MAX_OBSERVATION_CHARS) for a in self.possible_agents}
-        self.action_spaces = {a: UnicodeText(MAX_RESPONSE_CHARS) for a in self.possible_agents}
+        # every seat reads and writes the same kind of text: one space of each kind serves them all
+        observation_space, action_space = UnicodeText(MAX_OBSERVATION_CHARS), UnicodeText(MAX_RESPONSE_CHARS)
+        self.observation_spaces = dict.fromkeys(self.possible_agents, observation_space)
+        self.action_spaces = dict.fromkeys(self.possible_agents, action_space)
         self._seeds = random.Random()
         self._game: Game | None = None
         self._instructions: dict[str, str] = {}
