@@ -28,7 +28,8 @@ QUESTIONS = 12  # the fixed set: the first bridge questions of the dev split
 def test_information_gain_rewards_retrieving_supporting_passages():
     world = generate_world(0)
     questions = [q for q in world.split("dev") if q.type == "bridge"][:QUESTIONS]
-    env = agentgym.make("agentgym/SearchQA-v0", split="dev", top_k=3)
+    # one passage a search: the scorer's time is the contexts' length (top 3 took twice as long)
+    env = agentgym.make("agentgym/SearchQA-v0", split="dev", top_k=1)
     rng = np.random.default_rng(0)
     gold = [play(env, q, list(q.hop_queries), q.answers[0]) for q in questions]
     random = [
@@ -61,7 +62,7 @@ def test_information_gain_rewards_retrieving_supporting_passages():
         f"\nsupporting {supporting.mean():.3f} nats ({len(supporting)}), unsupported "
         f"{unsupported.mean():.3f} ({len(unsupported)} of {len(random_gain)})"
     )
-    # measured (seed 0, 12 questions): supporting 1.03 nats, random words -0.02
+    # measured (seed 0, 12 questions, top 1 passage): supporting 1.44 nats, random words -0.12
     assert gold_found.mean() > 0.9 and len(unsupported) > 0.8 * len(random_gain)
     assert supporting.mean() > 0.5, supporting
     assert unsupported.mean() < 0.1, unsupported
