@@ -867,11 +867,12 @@ def test_embedded_model_in_every_seat():
         [Task(None, 0)],
         progress=False,
         on_game=games.append,
-        env_kwargs={"preset": "lspo", "debate_turns": 1, "max_days": 1},
+        # five seats, every role among them, one day: the shortest game that has them all
+        env_kwargs={"preset": "lspo", "num_players": 5, "werewolves": 1, "debate_turns": 1, "max_days": 1},
         prompter=default_prompter("werewolf", history=0),
         sampling=SamplingParams(max_tokens=24),
     )
-    assert len(episodes) == 7 and {e.agent for e in episodes} == set(games[0].episodes)
+    assert len(episodes) == 5 and {e.agent for e in episodes} == set(games[0].episodes)
     assert games[0].error is None and games[0].record["over"]
     turns = [t for e in episodes for t in e.turns]
     assert turns and all(t.response_ids and len(t.response_logprobs) == len(t.response_ids) for t in turns)
