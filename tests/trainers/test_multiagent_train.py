@@ -23,6 +23,7 @@ from agentgym.trainers.learner import Learner, TrainingRow
 from agentgym.trainers.loop import TrainConfig, Trainer, train
 
 from support import FIXTURES
+from support.werewolf import SHORTEST_GAME
 
 BOT = {"_target_": "agentgym.envs.signaling.bots.BotPolicy"}
 SIGNALING = {
@@ -47,8 +48,7 @@ SIGNALING = {
 }
 WEREWOLF = {
     "env": "agentgym/Werewolf-v0",
-    # five seats, every role among them, one day: the shortest game that has them all
-    "env_kwargs": {"preset": "lspo", "num_players": 5, "werewolves": 1, "debate_turns": 1, "max_days": 1},
+    "env_kwargs": SHORTEST_GAME,
     "prompt": {"history": 0},
     "estimator": "grpo",
     "tasks_per_step": 1,

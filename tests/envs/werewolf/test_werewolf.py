@@ -33,6 +33,7 @@ from agentgym.rollout import Task, default_tasks
 
 from support import contract
 from support.hostile import HOSTILE
+from support.werewolf import SHORTEST_GAME
 
 WEREWOLF = "agentgym/Werewolf-v0"
 # Deal of the scripted games: Player1 and Player2 werewolves, Player3 seer, Player4 doctor.
@@ -867,8 +868,7 @@ def test_embedded_model_in_every_seat():
         [Task(None, 0)],
         progress=False,
         on_game=games.append,
-        # five seats, every role among them, one day: the shortest game that has them all
-        env_kwargs={"preset": "lspo", "num_players": 5, "werewolves": 1, "debate_turns": 1, "max_days": 1},
+        env_kwargs=SHORTEST_GAME,
         prompter=default_prompter("werewolf", history=0),
         sampling=SamplingParams(max_tokens=24),
     )
