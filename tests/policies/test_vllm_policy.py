@@ -28,6 +28,7 @@ from agentgym.policies.vllm import VLLMPolicy, VLLMRequestError, VLLMServer, VLL
 from agentgym.policy import Generation, GenerationRequest, PolicyUnavailable, SamplingParams
 from agentgym.rollout import acollect, collect, default_tasks, request_seed
 
+from support.sandboxes import descendants
 from support.vllm import CHATS, MODEL, chat_request
 
 pytestmark = [
@@ -423,23 +424,16 @@ async def test_bogus_model_fails_fast_with_log_tail(
     assert srv.process is not None and srv.process.returncode is not None and not srv.running
 
 
-def _group_processes(leader: int) -> list[str]:
-    """The command lines of the processes in process group ``leader``."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[2]) == leader:
-                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
-        except (OSError, IndexError, ValueError):  # gone meanwhile
-            pass
-    return found
-
-
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the CPU setting")
 def test_on_cpu_the_model_runs_in_the_engine_process(server: VLLMServer) -> None:
     assert server.process is not None
-    engines = [c for c in _group_processes(server.process.pid) if c.startswith("VLLM::")]
-    assert engines == ["VLLM::EngineCore"]  # no worker process beside it
+    titles = []
+    for pid in descendants(server.process.pid):
+        try:
+            titles.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip())
+        except OSError:  # gone meanwhile
+            pass
+    assert [t for t in titles if t.startswith("VLLM::")] == ["VLLM::EngineCore"]  # no worker beside it
     # a server's env still decides: the old layout stays one setting away
     layout = VLLMServer(MODEL, env={"VLLM_ENABLE_V1_MULTIPROCESSING": "1"})._environment()
     assert layout["VLLM_ENABLE_V1_MULTIPROCESSING"] == "1"
