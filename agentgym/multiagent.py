@@ -57,7 +57,7 @@ from typing import Any, TypeAlias, TypeVar
 from pettingzoo import AECEnv, ParallelEnv
 
 from agentgym.episode import Episode
-from agentgym.heap import deferred_full_collections
+from agentgym.heap import rollout_collector
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make_aec, make_parallel, manifest
@@ -512,8 +512,8 @@ async def acollect(
         skip: ``skip(task, member)`` true leaves that game out (e.g. one a resumed evaluation
             already has).
 
-    Like :func:`agentgym.rollout.acollect`, it runs with the cycle collector's full collections
-    deferred (:func:`~agentgym.heap.deferred_full_collections`).
+    Like :func:`agentgym.rollout.acollect`, it runs with the cycle collector set for what it
+    keeps (:func:`~agentgym.heap.rollout_collector`).
     """
     if group_size < 1 or max_game_steps < 1 or concurrency < 1:
         raise ValueError(
@@ -568,7 +568,7 @@ async def acollect(
             on_game(game)
         return game
 
-    with bar, deferred_full_collections():
+    with bar, rollout_collector():
         try:
             await _check_seats(run, tasks)
             async with asyncio.TaskGroup() as group:

@@ -43,7 +43,7 @@ from rich.progress import (
 from agentgym.asyncenv import async_twins
 from agentgym.env import TextEnv
 from agentgym.episode import Episode, Turn
-from agentgym.heap import deferred_full_collections
+from agentgym.heap import rollout_collector
 from agentgym.policy import Generation, GenerationRequest, Policy, SamplingParams
 from agentgym.prompting import Prompter, PrompterProtocol
 from agentgym.registry import make, manifest
@@ -716,7 +716,8 @@ async def acollect(
             evaluation already has); the result holds only the episodes run.
 
     Everything the episodes record lives until the call returns, so it runs with the cycle
-    collector's full collections deferred (:func:`~agentgym.heap.deferred_full_collections`).
+    collector set for that (:func:`~agentgym.heap.rollout_collector`: what survives a collection
+    goes straight to the oldest generation, and full collections are rare).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -748,7 +749,7 @@ async def acollect(
         return episode
 
     async with runner:
-        with bar, deferred_full_collections():
+        with bar, rollout_collector():
             async with asyncio.TaskGroup() as group:
                 running = [group.create_task(one(t, m)) for t, m in units]
             return [r.result() for r in running]

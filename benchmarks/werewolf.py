@@ -9,8 +9,8 @@ Rows, all in one process and one run, each playing the games of seeds ``0 .. gam
   nothing else);
 - the plain parallel loop keeping every seat's transitions (observation, action, reward, info)
   until its last game ends, as a loop that collects training data must: what keeping the data
-  costs by itself (the garbage collector walks what is kept; ``collect`` pays the young
-  collections too, and defers the full ones: ``agentgym.heap``);
+  costs by itself (the garbage collector walks what is kept, with CPython's thresholds;
+  ``collect`` sets them for a heap that grows by what it keeps: ``agentgym.heap``);
 - ``agentgym.multiagent.collect`` with the bots as a policy (requests, recording every seat's
   episode), up to 64 games at once, then one game at a time. The bots are an inline policy
   (they await nothing) that reads no chat messages: the seats of a game that act in one step

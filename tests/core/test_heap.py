@@ -1,15 +1,17 @@
-"""Full collections deferred while rollouts run, and set back after them."""
+"""The cycle collector set for rollouts while they run (survivors promoted at once, full
+collections rare), and set back after them."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from agentgym.heap import FULL_COLLECTION_EVERY, deferred_full_collections
+from agentgym.heap import FULL_COLLECTION_EVERY, GENERATIONAL, rollout_collector
 from agentgym.multiagent import collect as collect_games
 from agentgym.policies.scripted import ScriptedPolicy
 from agentgym.rollout import acollect, collect, default_tasks
@@ -18,22 +20,29 @@ from fixtures.parallel_env import CounterParallelEnv
 from fixtures.probe_env import ProbeEnv
 
 
+class Node:
+    self: Node
+
+
+IN_BLOCK = (700, 0, FULL_COLLECTION_EVERY)
+"""The thresholds inside the block, from CPython's defaults (700, 10, 10)."""
+
+
 @pytest.fixture(autouse=True)
 def default_thresholds() -> Iterator[tuple[int, int, int]]:
+    if not GENERATIONAL:
+        pytest.skip("the block sets CPython 3.11-3.13's generational collector only")
     before = gc.get_threshold()
     gc.set_threshold(700, 10, 10)
-    if gc.get_threshold()[2] != 10:
-        gc.set_threshold(*before)
-        pytest.skip("this Python's collector has no oldest-generation threshold (incremental)")
     yield gc.get_threshold()
     gc.set_threshold(*before)
 
 
-def test_the_block_raises_the_oldest_threshold_and_sets_it_back_even_when_it_raises(default_thresholds):
-    with deferred_full_collections():
-        assert gc.get_threshold() == (700, 10, FULL_COLLECTION_EVERY)
+def test_the_block_sets_the_thresholds_and_sets_them_back_even_when_it_raises(default_thresholds):
+    with rollout_collector():
+        assert gc.get_threshold() == IN_BLOCK
     assert gc.get_threshold() == default_thresholds
-    with pytest.raises(KeyError), deferred_full_collections():
+    with pytest.raises(KeyError), rollout_collector():
         raise KeyError("x")
     assert gc.get_threshold() == default_thresholds
 
@@ -43,7 +52,7 @@ def test_overlapping_blocks_in_threads_set_it_back_when_the_last_ends(default_th
     seen: list[tuple[int, int, int]] = []
 
     def hold() -> None:
-        with deferred_full_collections():
+        with rollout_collector():
             entered.wait(timeout=10)
             leave.wait(timeout=10)
             seen.append(gc.get_threshold())
@@ -52,32 +61,62 @@ def test_overlapping_blocks_in_threads_set_it_back_when_the_last_ends(default_th
     for thread in threads:
         thread.start()
     entered.wait(timeout=10)
-    with deferred_full_collections():  # a third block, ending first
+    with rollout_collector():  # a third block, ending first
         pass
-    during = gc.get_threshold()[2]
+    during = gc.get_threshold()
     leave.set()
     for thread in threads:
         thread.join(timeout=10)
-    assert during == FULL_COLLECTION_EVERY
-    assert seen == [(700, 10, FULL_COLLECTION_EVERY)] * 2
+    assert during == IN_BLOCK
+    assert seen == [IN_BLOCK] * 2
     assert gc.get_threshold() == default_thresholds
 
 
-def test_a_threshold_set_inside_the_block_or_higher_before_it_is_left_alone():
-    with deferred_full_collections():
+def test_a_threshold_set_inside_the_block_stays_and_rarer_full_collections_stay_as_rare():
+    with rollout_collector():
         gc.set_threshold(700, 10, 5)  # the caller's own choice, made meanwhile
     assert gc.get_threshold() == (700, 10, 5)
-    gc.set_threshold(700, 10, 10 * FULL_COLLECTION_EVERY)
-    with deferred_full_collections():
-        assert gc.get_threshold()[2] == 10 * FULL_COLLECTION_EVERY
-    assert gc.get_threshold()[2] == 10 * FULL_COLLECTION_EVERY
+    gc.set_threshold(700, 20, FULL_COLLECTION_EVERY // 10)  # a full one per 2 * FULL collections
+    with rollout_collector():
+        assert gc.get_threshold() == (700, 0, 2 * FULL_COLLECTION_EVERY)
+    assert gc.get_threshold() == (700, 20, FULL_COLLECTION_EVERY // 10)
+    gc.set_threshold(0, 10, 10)  # the collector stopped: nothing to set
+    with rollout_collector():
+        assert gc.get_threshold() == (0, 10, 10)
+    assert gc.get_threshold() == (0, 10, 10)
 
 
-def test_rollouts_run_with_full_collections_deferred(default_thresholds):
-    seen: list[int] = []
+def test_in_the_block_what_survives_a_collection_goes_to_the_oldest_generation():
+    def generation_of(kept: object) -> int:
+        return next(g for g in range(3) if any(o is kept for o in gc.get_objects(g)))
+
+    def survive_one_collection() -> None:
+        count = gc.get_count()[0]
+        filler: list[list[object]] = []
+        while gc.get_count()[0] >= count:  # a collection resets the young count
+            count = gc.get_count()[0]
+            filler.append([])
+
+    gc.collect()
+    outside = [[]]
+    survive_one_collection()
+    assert generation_of(outside) == 1  # CPython's default: the middle generation
+    with rollout_collector():
+        inside = [[]]
+        survive_one_collection()
+        assert generation_of(inside) == 2
+        cycle = Node()
+        cycle.self, gone = cycle, weakref.ref(cycle)
+        del cycle  # garbage before the next collection
+        gc.collect(1)  # a collection as the block's are (young and middle generations)
+        assert gone() is None
+
+
+def test_rollouts_run_with_the_collector_set(default_thresholds):
+    seen: list[tuple[int, int, int]] = []
 
     def act(obs, info):
-        seen.append(gc.get_threshold()[2])
+        seen.append(gc.get_threshold())
         return "0"
 
     policy = ScriptedPolicy(act)
@@ -85,13 +124,13 @@ def test_rollouts_run_with_full_collections_deferred(default_thresholds):
     assert all(e.error is None for e in episodes)
     games = collect_games(CounterParallelEnv, policy, default_tasks(2), progress=False)
     assert all(e.error is None for e in games)
-    assert len(seen) > 4 and set(seen) == {FULL_COLLECTION_EVERY}
+    assert len(seen) > 4 and set(seen) == {IN_BLOCK}
     assert gc.get_threshold() == default_thresholds
 
 
-def test_overlapping_rollouts_on_one_loop_keep_it_raised_until_the_last_returns(default_thresholds):
-    seen: list[int] = []
-    policy = ScriptedPolicy(lambda obs, info: (seen.append(gc.get_threshold()[2]), "0")[1])
+def test_overlapping_rollouts_on_one_loop_keep_it_set_until_the_last_returns(default_thresholds):
+    seen: list[tuple[int, int, int]] = []
+    policy = ScriptedPolicy(lambda obs, info: (seen.append(gc.get_threshold()), "0")[1])
 
     async def both() -> None:
         short = acollect(ProbeEnv, policy, default_tasks(1), max_turns=1, progress=False)
@@ -99,5 +138,5 @@ def test_overlapping_rollouts_on_one_loop_keep_it_raised_until_the_last_returns(
         await asyncio.gather(short, long)
 
     asyncio.run(both())
-    assert len(seen) == 13 and set(seen) == {FULL_COLLECTION_EVERY}
+    assert len(seen) == 13 and set(seen) == {IN_BLOCK}
     assert gc.get_threshold() == default_thresholds
