@@ -40,7 +40,7 @@ _set: tuple[int, int, int] | None = None
 def rollout_collector() -> Iterator[None]:
     """Run the block with the cycle collector set for a heap that grows by long-lived objects:
     ``gc``'s thresholds ``(young, middle, oldest)`` become
-    ``(young, 0, max(FULL_COLLECTION_EVERY, middle * oldest))``.
+    ``(young, 0, max(FULL_COLLECTION_EVERY, max(middle, 1) * oldest))``.
 
     A middle threshold of 0 makes every collection one of the two younger generations, so what
     survives a collection goes straight to the oldest generation: an object the rollout keeps is
@@ -62,7 +62,7 @@ def rollout_collector() -> Iterator[None]:
             _saved, _set = gc.get_threshold(), None
             young, middle, oldest = _saved
             if GENERATIONAL and young > 0:
-                _set = (young, 0, max(FULL_COLLECTION_EVERY, middle * oldest))
+                _set = (young, 0, max(FULL_COLLECTION_EVERY, max(middle, 1) * oldest))
                 gc.set_threshold(*_set)
         _holders += 1
     try:

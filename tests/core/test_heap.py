@@ -80,6 +80,10 @@ def test_a_threshold_set_inside_the_block_stays_and_rarer_full_collections_stay_
     with rollout_collector():
         assert gc.get_threshold() == (700, 0, 2 * FULL_COLLECTION_EVERY)
     assert gc.get_threshold() == (700, 20, FULL_COLLECTION_EVERY // 10)
+    gc.set_threshold(700, 0, 5 * FULL_COLLECTION_EVERY)  # already promoting, fulls rarer still
+    with rollout_collector():
+        assert gc.get_threshold() == (700, 0, 5 * FULL_COLLECTION_EVERY)
+    assert gc.get_threshold() == (700, 0, 5 * FULL_COLLECTION_EVERY)
     gc.set_threshold(0, 10, 10)  # the collector stopped: nothing to set
     with rollout_collector():
         assert gc.get_threshold() == (0, 10, 10)
