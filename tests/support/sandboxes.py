@@ -122,7 +122,11 @@ UDS_HTTP_SERVER = textwrap.dedent("""
 
 @contextlib.contextmanager
 def host_tcp_server() -> Iterator[tuple[int, list[str]]]:
-    """A TCP server on 0.0.0.0 (all host interfaces); yields (port, peers that connected)."""
+    """A TCP server on 0.0.0.0 (all host interfaces); yields (port, peers that connected).
+
+    Connections are accepted by a background thread, so a client can finish before its peer is
+    listed: wait for one with :func:`eventually`.
+    """
     peers: list[str] = []
     srv = socket.create_server(("0.0.0.0", 0))
     srv.settimeout(0.1)
