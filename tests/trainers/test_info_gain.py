@@ -53,12 +53,14 @@ def test_batched_equals_naive(model_and_tokenizer):
     episodes = [episode(0, 3), episode(1, 1), episode(2, 4), episode(0, 3)]
     answers = ["Marne", "Marn", "the city of Marnee", "Marne"]
     # one micro-batch, several, chains cut to one context each, and the repeated episode alone
-    every = [0, 1, 2, 3]
-    for chosen, budget in ((every, 100_000), (every, 600), (every, 200), ([0, 3], 100_000)):
+    every = (0, 1, 2, 3)
+    naive_of: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}  # one reference per set
+    for chosen, budget in ((every, 100_000), (every, 600), (every, 200), ((0, 3), 100_000)):
         these, their_answers = [episodes[i] for i in chosen], [answers[i] for i in chosen]
         got = answer_scores(model, tokenizer, prompter, these, their_answers, token_budget=budget)
-        want = naive_answer_scores(model, tokenizer, prompter, these, their_answers)
-        for batched, naive in zip(got, want):
+        if chosen not in naive_of:
+            naive_of[chosen] = naive_answer_scores(model, tokenizer, prompter, these, their_answers)
+        for batched, naive in zip(got, naive_of[chosen]):
             np.testing.assert_allclose(batched, naive, atol=1e-4)
     rows, initial = answer_scores(model, tokenizer, prompter, episodes, answers)
     assert rows.shape == (11,) and initial.shape == (4,)

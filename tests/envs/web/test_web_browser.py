@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import random
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import agentgym  # noqa: F401  (registers the envs)
 from agentgym.envs.web.browser import (
     HOST_MARK,
     MAX_FILL_CHARS,
+    UNROUTED_APIS,
     ShopBrowserEnv,
     chromium_path,
 )
@@ -30,6 +33,7 @@ from agentgym.envs.web.tasks import tasks
 from agentgym.envs.web.text import ShopTextEnv
 
 from support import per_kind, unavailable
+from support.sandboxes import eventually, host_tcp_server
 from support.web import near_miss
 
 pytestmark = pytest.mark.browser
@@ -219,6 +223,39 @@ def test_bad_actions_are_answered_and_never_hang_the_browser(env):
     assert "leads off this shop (social.example.com)" in obs and info["url"] == "/"
     # The shop still works afterwards.
     obs, *_, info = env.step(f"click({ref_of(obs, 'link', 'Help')})")
+    assert info["url"] == "/help" and info["action_valid"]
+
+
+#: A page's script that tries every way out it has to ``other`` (and fetches ``shop``, which it
+#: may): the fetches' answers ("ok", or "refused" where nothing came back), and the connecting
+#: APIs its window and a new frame's still have.
+ESCAPES = """async ([shop, other]) => {
+    const fetched = await Promise.all([shop, other, other.replace("127.0.0.1", "localhost"),
+        "http://example.com/"].map((url) => fetch(url, {mode: "no-cors", cache: "no-store"})
+        .then(() => "ok", () => "refused")));
+    document.body.append(Object.assign(new Image(), {src: other + "image"}));
+    new WebSocket(other.replace("http:", "ws:"));
+    const frame = document.body.appendChild(document.createElement("iframe")).contentWindow;
+    const left = [window, frame].flatMap((w) => UNROUTED.filter((api) => api in w));
+    await new Promise((done) => setTimeout(done, 300));
+    return [fetched, left];
+}"""
+
+
+def test_a_page_reaches_its_shop_and_nothing_else(env):
+    """The shop escapes what it shows, so an agent's text never runs as script; were it to run,
+    the page could still send nothing to another port of this host or to any other host."""
+    obs, _ = env.reset(seed=0)
+    page, site = env.page, env.page.url.rstrip("/")
+    script = ESCAPES.replace("UNROUTED", json.dumps(UNROUTED_APIS))
+    with host_tcp_server() as (port, peers):
+        fetched, left = env.host.run(page.evaluate(script, [f"{site}/help", f"http://127.0.0.1:{port}/"]))
+        assert fetched == ["ok", "refused", "refused", "refused"] and left == []
+        # from another loopback address: accepted after anything the page sent, told apart from it
+        socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)).close()
+        eventually(lambda: "127.0.0.2" in peers)
+        assert peers == ["127.0.0.2"]
+    obs, _, _, _, info = env.step(f"click({ref_of(obs, 'link', 'Help')})")
     assert info["url"] == "/help" and info["action_valid"]
 
 
