@@ -3,11 +3,12 @@ talks to it (JSON lines over pipes), owns the desktop's home directory and clean
 
 A :class:`Desktop` is started once and reused across episodes; an episode's reset stops the
 applications (:meth:`Desktop.close_apps`), rebuilds the home directory and launches what the
-task needs. When this process runs as root, the desktop runs as :data:`DESKTOP_UID` (GTK
-applications warn in their windows when run as root), unless the capability to change uid was
-dropped (inside bubblewrap or a container). :meth:`Desktop.close` stops the X server,
-the buses and every application and removes the home directory; the driver also stops
-everything when this process dies.
+task needs. The desktop runs in a network namespace of its own, so that its applications reach
+no port of this host (:func:`_private_network`). When this process runs as root, the desktop
+runs as :data:`DESKTOP_UID` (GTK applications warn in their windows when run as root), unless
+the capability to change uid was dropped (inside bubblewrap or a container).
+:meth:`Desktop.close` stops the X server, the buses and every application and removes the home
+directory; the driver also stops everything when this process dies.
 
 A desktop lives in a fresh temporary directory, but what it shows is the same in every process:
 :meth:`Desktop.tree` shows that directory as :data:`SHOWN_ROOT`, so the home directory is
@@ -28,6 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -51,7 +53,7 @@ SYSTEM_PYTHON = os.environ.get("AGENTGYM_DESKTOP_PYTHON", "/usr/bin/python3")
 #: The uid and gid the desktop runs as when this process is root.
 DESKTOP_UID = 1000
 #: Programs a desktop needs besides :data:`SYSTEM_PYTHON`.
-PROGRAMS = ("Xvfb", "dbus-daemon", "openbox", "xdotool", "setpriv")
+PROGRAMS = ("Xvfb", "dbus-daemon", "openbox", "xdotool", "setpriv", "unshare")
 DRIVER = Path(__file__).with_name("driver.py")
 #: The desktop's directory as observations show it; the home directory is the folder
 #: ``HOME_NAME`` in it, shown as :data:`SHOWN_HOME`.
@@ -126,7 +128,7 @@ class Desktop:
             self.root.chmod(0o755)
             self.reset_home({})
             self._proc = ManagedProcess(
-                [*_drop_root(), SYSTEM_PYTHON, "-I", str(DRIVER)],
+                [*_private_network(), *_drop_root(), SYSTEM_PYTHON, "-I", str(DRIVER)],
                 name="the desktop's driver",
                 log_path=self.root / "driver.log",
                 pipe_stdio=True,
@@ -322,6 +324,27 @@ def _drop_root() -> list[str]:
     prefix = ["setpriv", f"--reuid={DESKTOP_UID}", f"--regid={DESKTOP_UID}", "--clear-groups"]
     works = subprocess.run([*prefix, "true"], capture_output=True).returncode == 0
     return prefix if works else []
+
+
+@functools.lru_cache(maxsize=1)
+def _private_network() -> list[str]:
+    """The command prefix that gives the desktop a network namespace of its own, whose only
+    interface is a loopback that is down: what an application opens (a spreadsheet's
+    ``WEBSERVICE``, a document's link) reaches no port of this host and no other host. As root,
+    a plain network namespace (the desktop then drops to :data:`DESKTOP_UID`); otherwise one in
+    a user namespace that maps the user to itself. Empty where neither may be made, with a
+    warning unless this process has no network either (inside the sandboxes)."""
+    prefixes = [["unshare", "--net"]] if _drop_root() else [["unshare", "--net", "--map-current-user"]]
+    for prefix in prefixes:
+        if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+            return prefix
+    if any(link.name != "lo" for link in Path("/sys/class/net").iterdir()):
+        warnings.warn(
+            "the desktop shares this host's network (no network namespace may be made here): "
+            "its applications can reach this host's ports; run it with sandbox='local' or 'docker'",
+            stacklevel=2,
+        )
+    return []
 
 
 def _chown(path: Path, *, recursive: bool = False) -> None:

@@ -16,6 +16,7 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -35,6 +36,7 @@ from agentgym.envs.gui.tasks import KEYFILE, gui_tasks, keyfile_value
 from agentgym.sandbox.spec import Backend
 
 from support import per_kind, run_python, unavailable
+from support.sandboxes import eventually, host_tcp_server
 
 pytestmark = pytest.mark.gui
 
@@ -430,6 +432,29 @@ def test_turns_run_out() -> None:
         assert truncated and not terminated and "No actions left" in obs
     finally:
         env.close()
+
+
+def test_applications_reach_no_port_of_this_host(env: DesktopEnv) -> None:
+    """Text an agent types can make an application connect (a spreadsheet's WEBSERVICE fetches
+    its URL): the desktop's network namespace has nowhere to connect to."""
+    env.reset(options={"task_id": "sheet_edit-1"})  # LibreOffice Calc, a cell selected
+    with host_tcp_server() as (port, peers):
+        _obs, *_rest, info = env.step(f'type("=WEBSERVICE(\\"http://127.0.0.1:{port}/\\")\\n")')
+        env.step("wait()")
+        # from another loopback address: accepted after anything Calc sent, told apart from it
+        socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)).close()
+        eventually(lambda: "127.0.0.2" in peers)
+    assert info["action_valid"] and peers == ["127.0.0.2"]
+
+
+def test_without_a_network_namespace_the_desktop_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fails(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.CompletedProcess(command, 1, b"", b"unshare: Operation not permitted")
+
+    desktop_module._drop_root()  # cached before the failure is injected
+    monkeypatch.setattr(desktop_module.subprocess, "run", fails)
+    with pytest.warns(UserWarning, match="the desktop shares this host's network"):
+        assert desktop_module._private_network.__wrapped__() == []
 
 
 @pytest.mark.parametrize("backend", ["local", pytest.param("docker", marks=pytest.mark.docker)])
