@@ -291,7 +291,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.env is None:
         raise SystemExit("agentgym serve --protocol openenv: name the env with --env ID")
     from agentgym.integrations.openenv import serve  # loads openenv-core
-    from agentgym.server.serve import RequestTimeouts
 
     serve(
         args.env,
@@ -302,7 +301,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout,
         ready_file=args.ready_file,
         log_level=args.log_level,
-        timeouts=RequestTimeouts(args.head_timeout, args.body_timeout),
+        client_limits=server_main.client_limits(args),
     )
     return 0
 

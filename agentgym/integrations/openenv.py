@@ -89,7 +89,7 @@ from agentgym._version import __version__
 from agentgym.registry import UnknownEnvError, manifest, require_single
 from agentgym.server.auth import NoBrowsers, is_loopback
 from agentgym.server.jsonsafe import to_jsonable
-from agentgym.server.serve import RequestTimeouts, serve_app
+from agentgym.server.serve import ClientLimits, serve_app
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -388,10 +388,10 @@ def serve(
     idle_timeout_s: float | None = 600.0,
     ready_file: str | None = None,
     log_level: str = "warning",
-    timeouts: RequestTimeouts = RequestTimeouts(),
+    client_limits: ClientLimits = ClientLimits(),
 ) -> None:
     """Serve :func:`create_app` until SIGTERM/SIGINT (blocking), with the readiness line, ready
-    file, request bounds (``timeouts``) and graceful shutdown of
+    file, client bounds (``client_limits``) and graceful shutdown of
     :func:`agentgym.server.serve.serve_app` (``port=0`` binds a free port). A ``host`` that is
     not loopback, an unknown id and bad kwargs end the process (``SystemExit``) before anything
     is bound."""
@@ -404,4 +404,4 @@ def serve(
         app = create_app(env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s)
     except (UnknownEnvError, TypeError, ValueError) as exc:
         raise SystemExit(f"agentgym serve: {exc}") from None
-    serve_app(app, host, port, ready_file=ready_file, log_level=log_level, timeouts=timeouts)
+    serve_app(app, host, port, ready_file=ready_file, log_level=log_level, client_limits=client_limits)

@@ -1,5 +1,5 @@
 """The env server's default limits, one set for :class:`~agentgym.server.app.ServerConfig`,
-:func:`~agentgym.server.serve.serve` (and its :class:`~agentgym.server.serve.RequestTimeouts`) and
+:func:`~agentgym.server.serve.serve` (and its :class:`~agentgym.server.serve.ClientLimits`) and
 the command line (:mod:`agentgym.server.main`). No imports: the command line loads it first."""
 
 #: Sessions open at once; one more answers 503 ``too_many_sessions``.
@@ -14,3 +14,6 @@ STEP_TIMEOUT_S = 600.0
 HEAD_TIMEOUT_S = 10.0
 #: Seconds a request has to send its body once its headers are in.
 BODY_TIMEOUT_S = 60.0
+#: Connections one client address may hold open at once: a client needs about one per session
+#: it calls at once, and a server takes MAX_SESSIONS sessions.
+CLIENT_CONNECTIONS = MAX_SESSIONS

@@ -4,7 +4,8 @@
         [--max-sessions 4096] [--idle-timeout 600] [--max-body-bytes 1048576] [--step-timeout 600]
         [--allow-env ID ...] [--allow-entry-points] [--allow-kwarg NAME ...]
         [--data-root DIR] [--trust-client-kwargs] [--token TOKEN] [--ready-file PATH]
-        [--head-timeout 10] [--body-timeout 60] [--log-level warning]
+        [--head-timeout 10] [--body-timeout 60] [--max-client-connections 4096]
+        [--log-level warning]
 
 ``python -m agentgym.server`` starts faster than ``agentgym serve`` (it skips the CLI's other
 imports); both take the same options.
@@ -14,8 +15,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from agentgym.server import limits
+
+if TYPE_CHECKING:
+    from agentgym.server.serve import ClientLimits
 
 __all__ = ["add_arguments", "main", "run"]
 
@@ -121,6 +126,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "request is answered 408 and the connection closed (default %(default)s)",
     )
     parser.add_argument(
+        "--max-client-connections",
+        type=_count,
+        default=limits.CLIENT_CONNECTIONS,
+        metavar="N",
+        help="connections one client address may hold open at once; one more is answered 503 "
+        "and closed (default %(default)s; 0: no cap)",
+    )
+    parser.add_argument(
         "--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"]
     )
 
@@ -136,10 +149,28 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0 (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a count must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def client_limits(args: argparse.Namespace) -> ClientLimits:
+    """The :class:`~agentgym.server.serve.ClientLimits` of the parsed options."""
+    from agentgym.server.serve import ClientLimits
+
+    return ClientLimits(args.head_timeout, args.body_timeout, args.max_client_connections)
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve with the parsed options until SIGTERM/SIGINT."""
     from agentgym.server.app import ServerConfig
-    from agentgym.server.serve import RequestTimeouts, serve
+    from agentgym.server.serve import serve
 
     try:
         ServerConfig(
@@ -165,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
         token=args.token,
         ready_file=args.ready_file,
         log_level=args.log_level,
-        timeouts=RequestTimeouts(args.head_timeout, args.body_timeout),
+        client_limits=client_limits(args),
     )
     return 0
 

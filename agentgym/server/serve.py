@@ -15,6 +15,7 @@ keeps the process from exiting: the launcher's SIGKILL (``ServerProcess.stop``) 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -33,7 +34,7 @@ from agentgym.server import limits
 from agentgym.server.app import ServerConfig, create_app
 from agentgym.server.auth import check_bind, server_token
 
-__all__ = ["RequestTimeouts", "serve", "serve_app", "uvicorn_server"]
+__all__ = ["ClientLimits", "serve", "serve_app", "uvicorn_server"]
 
 #: Seconds a graceful shutdown waits for calls in flight before closing the envs anyway.
 GRACEFUL_SHUTDOWN_S = 10
@@ -50,9 +51,10 @@ _TIMER_SLACK_S = 0.01
 
 
 @dataclass(frozen=True)
-class RequestTimeouts:
-    """How long a client may take to send a request; past either time the request is answered
-    408 (unless its answer has begun) and its connection closed."""
+class ClientLimits:
+    """What one client may take of a server: time to send a request (past either time the
+    request is answered 408, unless its answer has begun, and its connection closed), and
+    connections held open at once."""
 
     head_s: float = limits.HEAD_TIMEOUT_S
     """Seconds for a request line and headers, from when the connection opens and, kept
@@ -60,10 +62,15 @@ class RequestTimeouts:
     body_s: float = limits.BODY_TIMEOUT_S
     """Seconds from the end of a head to the end of its body; time in which the server is not
     reading (busy with the request before it on the connection) does not count."""
+    connections: int = limits.CLIENT_CONNECTIONS
+    """Connections one client address may hold open at once (TCP; the clients of a Unix
+    socket are not told apart); one more is answered 503 and closed. 0: no cap."""
 
     def __post_init__(self) -> None:
         if not (self.head_s > 0 and self.body_s > 0):
             raise ValueError(f"request timeouts must be > 0 seconds, got {self}")
+        if self.connections < 0:
+            raise ValueError(f"connections must be >= 0 (0: no cap), got {self.connections}")
 
 
 class _Server(uvicorn.Server):
@@ -97,13 +104,13 @@ def uvicorn_server(
     app: Any,
     *,
     log_level: str = "warning",
-    timeouts: RequestTimeouts = RequestTimeouts(),
+    client_limits: ClientLimits = ClientLimits(),
     on_ready: Callable[[], None] | None = None,
     on_stopped: Callable[[], None] | None = None,
 ) -> uvicorn.Server:
     """A uvicorn server of ``app`` as every agentgym server runs: no access log, lifespan
-    events, a listen backlog of 4096, request heads bounded to :data:`MAX_HEAD_BYTES`, requests
-    to ``timeouts``, idle keep-alive connections closed after :data:`KEEP_ALIVE_S`, a
+    events, a listen backlog of 4096, request heads bounded to :data:`MAX_HEAD_BYTES`, clients
+    to ``client_limits``, idle keep-alive connections closed after :data:`KEEP_ALIVE_S`, a
     graceful shutdown of at most :data:`GRACEFUL_SHUTDOWN_S`, no ``Server``/``Date`` headers.
     It calls ``on_ready`` once it accepts connections and ``on_stopped`` once it has shut down.
     Serve with ``server.run(sockets=[sock])`` on a socket bound beforehand (so that its port is
@@ -113,7 +120,7 @@ def uvicorn_server(
         log_level=log_level,
         access_log=False,
         lifespan="on",
-        http=_http_protocol(timeouts),
+        http=_http_protocol(client_limits),
         backlog=4096,
         timeout_keep_alive=KEEP_ALIVE_S,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
@@ -123,13 +130,18 @@ def uvicorn_server(
     return _Server(config, on_ready, on_stopped)
 
 
-def _http_protocol(timeouts: RequestTimeouts) -> type:
-    """uvicorn's httptools protocol with each request bounded in size and in time.
+def _http_protocol(client_limits: ClientLimits) -> type:
+    """uvicorn's httptools protocol with each request bounded in size and in time, and each
+    client address in connections.
 
     - Head size: a request line and headers past :data:`MAX_HEAD_BYTES` are answered 400 and
       the connection closed. httptools alone buffers them without bound, before the token is
       checked: a 100 MB header cost a server 12 s of CPU and 250 MB.
-    - Time: :class:`RequestTimeouts` for the head and for the body.
+    - Time: :class:`ClientLimits` for the head and for the body.
+    - Connections: a client address past ``client_limits.connections`` open at once is answered
+      503 on the new connection, which is closed. Without it one client that opens connections
+      faster than the head timeout closes them holds as many file descriptors as it likes,
+      without the token.
 
     Past either time the request is answered 408 (unless its answer has begun) and the
     connection closed. uvicorn alone waits forever for a connection that sends nothing, or a
@@ -139,7 +151,10 @@ def _http_protocol(timeouts: RequestTimeouts) -> type:
     the steps a loaded server answers per second.)"""
     from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-    head_timeout_s, body_timeout_s = timeouts.head_s, timeouts.body_s
+    head_timeout_s, body_timeout_s = client_limits.head_s, client_limits.body_s
+    most_connections = client_limits.connections
+    open_by_client: collections.Counter[str] = collections.Counter()
+    """This server's open connections, by client address (TCP clients, when capped)."""
 
     class BoundedRequest(HttpToolsProtocol):
         _head_bytes = 0
@@ -152,11 +167,28 @@ def _http_protocol(timeouts: RequestTimeouts) -> type:
         timers made and cancelled per request cost ~4 µs); the timer, when it fires early,
         waits on for the deadline it finds."""
 
+        _client: str | None = None
+        """The client address this connection counts against (None: not counted)."""
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            peer = transport.get_extra_info("peername")
+            if most_connections and isinstance(peer, tuple):
+                self._client = peer[0]
+                open_by_client[peer[0]] += 1
+                if open_by_client[peer[0]] > most_connections:
+                    self._answer_and_close(
+                        503, f"This client has {most_connections} connections open to this server already."
+                    )
+                    return
             self._expect(head_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if self._client is not None:
+                open_by_client[self._client] -= 1
+                if not open_by_client[self._client]:
+                    del open_by_client[self._client]
+                self._client = None
             if self._timer is not None:
                 self._timer.cancel()
             self._deadline = self._timer = None
@@ -206,12 +238,16 @@ def _http_protocol(timeouts: RequestTimeouts) -> type:
                 self._time_out(f"Request head not received within {head_timeout_s:g} s.")
 
         def _time_out(self, message: str) -> None:
+            self._answer_and_close(408, message)
+
+        def _answer_and_close(self, status: int, message: str) -> None:
+            """Answer ``status`` with ``message`` (unless an answer has begun), then close."""
             if self.transport.is_closing():
                 return
             if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
                 msg = message.encode()
                 self.transport.write(
-                    STATUS_LINE[408]
+                    STATUS_LINE[status]
                     + b"content-type: text/plain; charset=utf-8\r\ncontent-length: "
                     + str(len(msg)).encode()
                     + b"\r\nconnection: close\r\n\r\n"
@@ -238,7 +274,7 @@ def serve(
     token: str | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
-    timeouts: RequestTimeouts = RequestTimeouts(),
+    client_limits: ClientLimits = ClientLimits(),
 ) -> None:
     """Serve env sessions until SIGTERM/SIGINT (blocking).
 
@@ -254,7 +290,8 @@ def serve(
             address that is not loopback is refused without one (``SystemExit``).
         ready_file: where to write the readiness JSON.
         log_level: uvicorn's log level (access logs are off).
-        timeouts: how long a client may take to send a request's head and its body.
+        client_limits: how long a client may take to send a request's head and its body, and
+            how many connections it may hold open.
     """
     config = ServerConfig(
         max_sessions=max_sessions,
@@ -275,7 +312,7 @@ def serve(
         uds=uds,
         ready_file=ready_file,
         log_level=log_level,
-        timeouts=timeouts,
+        client_limits=client_limits,
     )
 
 
@@ -287,7 +324,7 @@ def serve_app(
     uds: str | os.PathLike[str] | None = None,
     ready_file: str | os.PathLike[str] | None = None,
     log_level: str = "warning",
-    timeouts: RequestTimeouts = RequestTimeouts(),
+    client_limits: ClientLimits = ClientLimits(),
 ) -> None:
     """Serve any ASGI ``app`` with the readiness and shutdown contract of the module documentation
     (blocking); arguments as for :func:`serve`. The retrieval service uses it too. A Unix socket
@@ -304,7 +341,7 @@ def serve_app(
     server = uvicorn_server(
         app,
         log_level=log_level,
-        timeouts=timeouts,
+        client_limits=client_limits,
         on_ready=lambda: _announce(_ready_info(sock, host, uds), ready_file),
         on_stopped=release,
     )

@@ -33,6 +33,7 @@ from agentgym.server.launch import ServerProcess
 from agentgym.server.serve import MAX_HEAD_BYTES
 from agentgym.server.sessions import MAX_QUEUED
 
+from support.sandboxes import eventually
 from support.servers import FIXTURE_ENV, error_detail
 
 SOKOBAN, TOOLUSE, SEARCH = "agentgym/Sokoban-v0", "agentgym/ToolUse-v0", "agentgym/SearchQA-v0"
@@ -175,6 +176,43 @@ def test_a_connection_that_never_finishes_its_request_head_is_closed(start_serve
             assert answer.startswith(b"HTTP/1.1 408") and b"not received within 1 s" in answer, answer
             assert _closed(sock)
     assert sessions(server, Authorization=f"Bearer {TOKEN}") == 0
+
+
+def test_a_client_holds_at_most_its_connections(start_server):
+    """``--max-client-connections``: one client address holds at most that many connections at
+    once; one more is answered 503 and closed, before the token is checked, while other clients
+    are served, and a connection closed frees its place. (Without the cap, one client that
+    opened connections faster than the head timeout closed them held as many of the server's
+    file descriptors as it liked.)"""
+    server = start_server(token=TOKEN, extra_args=["--max-client-connections", "4"])
+    url = httpx.URL(server.url)
+    request = f"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode()
+
+    def connect(source: str = "127.0.0.1") -> socket.socket:
+        return socket.create_connection((url.host, url.port), timeout=30, source_address=(source, 0))
+
+    def served(sock: socket.socket) -> bool:
+        sock.sendall(request)
+        return _answer(sock).startswith(b"HTTP/1.1 200")
+
+    held = [connect() for _ in range(4)]
+    assert all(served(sock) for sock in held)  # each accepted, and kept alive
+    with connect() as extra:
+        answer = _answer(extra)
+        assert answer.startswith(b"HTTP/1.1 503") and b"has 4 connections open" in answer, answer
+        assert _closed(extra)
+    with connect("127.0.0.2") as other:  # another client
+        assert served(other)
+    held.pop().close()
+
+    def place_freed() -> bool:  # the server sees the close a moment later
+        with connect() as sock, contextlib.suppress(AssertionError, OSError):  # refused meanwhile
+            return served(sock)
+        return False
+
+    eventually(place_freed)
+    for sock in held:
+        sock.close()
 
 
 def test_a_request_that_never_finishes_its_body_is_closed(start_server):

@@ -631,6 +631,14 @@ def test_a_request_timeout_that_is_not_seconds_is_refused(flag, value, capsys):
     assert f"seconds must be a number > 0, got {value!r}" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("value", ["-1", "1.5", "many"])
+def test_a_connection_cap_that_is_not_a_count_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as refused:
+        server_main(["--max-client-connections", value, "--port", "0"])
+    assert refused.value.code == 2
+    assert f"a count must be a whole number >= 0, got {value!r}" in capsys.readouterr().err
+
+
 def test_server_that_cannot_start_reports_why(start_server):
     with pytest.raises(
         RuntimeError,
