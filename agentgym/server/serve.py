@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import resource
 import socket
 import stat
 from collections.abc import Callable, Iterable
@@ -45,6 +46,9 @@ KEEP_ALIVE_S = 75
 #: Most bytes a request line and headers may take (counted with any body bytes that arrive in
 #: the same reads); a request whose head runs past it is answered 400 and its connection closed.
 MAX_HEAD_BYTES = 1 << 20
+#: Seconds a connection refused for its client's cap stays open after its 503, reading (and
+#: dropping) what the client sends, so that the client reads the answer.
+REFUSED_LINGER_S = 1.0
 #: A request timer that fires this close to its deadline counts as on time (the event loop may
 #: run a timer up to its clock resolution early).
 _TIMER_SLACK_S = 0.01
@@ -63,8 +67,8 @@ class ClientLimits:
     """Seconds from the end of a head to the end of its body; time in which the server is not
     reading (busy with the request before it on the connection) does not count."""
     connections: int = limits.CLIENT_CONNECTIONS
-    """Connections one client address may hold open at once (TCP; the clients of a Unix
-    socket are not told apart); one more is answered 503 and closed. 0: no cap."""
+    """Connections one client address may hold open at once (TCP clients; those of a Unix
+    socket are not counted); one more is answered 503 and closed. 0: no cap."""
 
     def __post_init__(self) -> None:
         if not (self.head_s > 0 and self.body_s > 0):
@@ -156,6 +160,11 @@ def _http_protocol(client_limits: ClientLimits) -> type:
     open_by_client: collections.Counter[str] = collections.Counter()
     """This server's open connections, by client address (TCP clients, when capped)."""
 
+    def uncount(client: str) -> None:
+        open_by_client[client] -= 1
+        if not open_by_client[client]:
+            del open_by_client[client]
+
     class BoundedRequest(HttpToolsProtocol):
         _head_bytes = 0
         _in_body = False
@@ -169,6 +178,7 @@ def _http_protocol(client_limits: ClientLimits) -> type:
 
         _client: str | None = None
         """The client address this connection counts against (None: not counted)."""
+        _refused = False
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -177,24 +187,45 @@ def _http_protocol(client_limits: ClientLimits) -> type:
                 self._client = peer[0]
                 open_by_client[peer[0]] += 1
                 if open_by_client[peer[0]] > most_connections:
-                    self._answer_and_close(
-                        503, f"This client has {most_connections} connections open to this server already."
-                    )
+                    self._refuse(f"This client has {most_connections} connections open to this server.")
                     return
             self._expect(head_timeout_s)
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._client is not None:
-                open_by_client[self._client] -= 1
-                if not open_by_client[self._client]:
-                    del open_by_client[self._client]
+                uncount(self._client)
                 self._client = None
-            if self._timer is not None:
-                self._timer.cancel()
-            self._deadline = self._timer = None
+            self._stop_timer()
             super().connection_lost(exc)
 
+        def handle_websocket_upgrade(self) -> None:
+            # The connection goes on under uvicorn's WebSocket protocol, which is told when it
+            # ends: it uncounts the connection then.
+            self._stop_timer()
+            client, self._client = self._client, None
+            super().handle_websocket_upgrade()
+            if client is not None:
+                websocket: Any = self.transport.get_protocol()
+                ended = websocket.connection_lost
+
+                def connection_lost(exc: Exception | None) -> None:
+                    uncount(client)
+                    ended(exc)
+
+                websocket.connection_lost = connection_lost
+
+        def _refuse(self, message: str) -> None:
+            """Answer 503 to a connection past its client's cap, read and drop what the client
+            sends meanwhile, and close after :data:`REFUSED_LINGER_S` (closed at once, with the
+            client's request unread, the connection would be reset before the answer is read)."""
+            self._refused = True
+            self.transport.write(_closing_answer(503, message, b"retry-after: 1\r\n"))
+            self.transport.write_eof()
+            self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+
         def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return
             if not self._in_body:
                 self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES:
@@ -237,23 +268,30 @@ def _http_protocol(client_limits: ClientLimits) -> type:
             else:
                 self._time_out(f"Request head not received within {head_timeout_s:g} s.")
 
-        def _time_out(self, message: str) -> None:
-            self._answer_and_close(408, message)
+        def _stop_timer(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._deadline = self._timer = None
 
-        def _answer_and_close(self, status: int, message: str) -> None:
-            """Answer ``status`` with ``message`` (unless an answer has begun), then close."""
+        def _time_out(self, message: str) -> None:
             if self.transport.is_closing():
                 return
             if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
-                msg = message.encode()
-                self.transport.write(
-                    STATUS_LINE[status]
-                    + b"content-type: text/plain; charset=utf-8\r\ncontent-length: "
-                    + str(len(msg)).encode()
-                    + b"\r\nconnection: close\r\n\r\n"
-                    + msg
-                )
+                self.transport.write(_closing_answer(408, message))
             self.transport.close()
+
+    def _closing_answer(status: int, message: str, headers: bytes = b"") -> bytes:
+        """An answer of ``status`` with ``message`` as its text, that closes the connection."""
+        body = message.encode()
+        return (
+            STATUS_LINE[status]
+            + b"content-type: text/plain; charset=utf-8\r\n"
+            + headers
+            + b"content-length: "
+            + str(len(body)).encode()
+            + b"\r\nconnection: close\r\n\r\n"
+            + body
+        )
 
     return BoundedRequest
 
@@ -330,6 +368,7 @@ def serve_app(
     (blocking); arguments as for :func:`serve`. The retrieval service uses it too. A Unix socket
     file is removed when the server stops, also by a signal."""
     _log_like_uvicorn(log_level)
+    _open_files_up_to_the_hard_limit()
     sock = _bind_unix(Path(uds)) if uds is not None else _bind_tcp(host, port)
 
     def release() -> None:
@@ -349,6 +388,16 @@ def serve_app(
         server.run(sockets=[sock])
     finally:
         release()
+
+
+def _open_files_up_to_the_hard_limit() -> None:
+    """Raise this process's open-file limit to its hard limit (at most 2**20): a soft limit of
+    1,024, common, would run out before one client's connection cap and the sessions do."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _log_like_uvicorn(level: str) -> None:

@@ -195,12 +195,19 @@ def test_a_client_holds_at_most_its_connections(start_server):
         sock.sendall(request)
         return _answer(sock).startswith(b"HTTP/1.1 200")
 
+    websocket = b"GET /sessions HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    websocket += b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    for _ in range(5):  # handshakes (without the token) give their places back too
+        with connect() as sock:
+            sock.sendall(websocket)
+            assert _answer(sock).startswith(b"HTTP/1.1 403")
     held = [connect() for _ in range(4)]
     assert all(served(sock) for sock in held)  # each accepted, and kept alive
     with connect() as extra:
+        extra.sendall(request)  # sent before the answer is read: still answered, not reset
         answer = _answer(extra)
         assert answer.startswith(b"HTTP/1.1 503") and b"has 4 connections open" in answer, answer
-        assert _closed(extra)
+        assert b"retry-after: 1" in answer.lower() and _closed(extra)
     with connect("127.0.0.2") as other:  # another client
         assert served(other)
     held.pop().close()

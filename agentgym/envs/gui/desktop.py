@@ -4,7 +4,7 @@ talks to it (JSON lines over pipes), owns the desktop's home directory and clean
 A :class:`Desktop` is started once and reused across episodes; an episode's reset stops the
 applications (:meth:`Desktop.close_apps`), rebuilds the home directory and launches what the
 task needs. The desktop runs in a network namespace of its own, so that its applications reach
-no port of this host (:func:`_private_network`). When this process runs as root, the desktop
+no TCP or UDP port of this host (:func:`_private_network`). When this process runs as root, the desktop
 runs as :data:`DESKTOP_UID` (GTK applications warn in their windows when run as root), unless
 the capability to change uid was dropped (inside bubblewrap or a container).
 :meth:`Desktop.close` stops the X server, the buses and every application and removes the home
@@ -26,6 +26,7 @@ import os
 import re
 import select
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -330,7 +331,8 @@ def _drop_root() -> list[str]:
 def _private_network() -> list[str]:
     """The command prefix that gives the desktop a network namespace of its own, whose only
     interface is a loopback that is down: what an application opens (a spreadsheet's
-    ``WEBSERVICE``, a document's link) reaches no port of this host and no other host. As root,
+    ``WEBSERVICE``, a document's link) reaches no TCP or UDP port of this host and no other
+    host (Unix sockets are files: the desktop's user opens those its permissions allow). As root,
     a plain network namespace (the desktop then drops to :data:`DESKTOP_UID`); otherwise one in
     a user namespace that maps the user to itself. Empty where neither may be made, with a
     warning unless this process has no network either (inside the sandboxes)."""
@@ -338,7 +340,7 @@ def _private_network() -> list[str]:
     for prefix in prefixes:
         if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
             return prefix
-    if any(link.name != "lo" for link in Path("/sys/class/net").iterdir()):
+    if any(name != "lo" for _, name in socket.if_nameindex()):
         warnings.warn(
             "the desktop shares this host's network (no network namespace may be made here): "
             "its applications can reach this host's ports; run it with sandbox='local' or 'docker'",

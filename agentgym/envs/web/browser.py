@@ -25,9 +25,9 @@ closed as it opens, and said so. A browser that dies mid-episode truncates the e
 
 One browser per process (:class:`BrowserHost`, shared by every env instance there, with the
 shop's web server on the same event loop), and a fresh browser context per episode: no cookie,
-cart, cache or localStorage carries over. A page reaches its shop only: any other request or
-WebSocket (to another port of this host, to another host) is refused before it leaves the
-browser, the APIs whose connections no route sees are gone (:data:`UNROUTED_APIS`), and Chromium
+cart, cache or localStorage carries over. A page reaches its shop only: any other request (to
+another port of this host, to another host) is refused before it leaves the browser, the APIs
+whose connections no request route sees are gone (:data:`UNROUTED_APIS`), and Chromium
 resolves no host name but 127.0.0.1 (``--host-resolver-rules``); run sandboxed for a boundary
 that holds against Chromium itself. With
 ``screenshot=True``, ``info["screenshot"]`` is the page as a PNG ``data:`` URI, ready for a
@@ -93,10 +93,18 @@ CHROMIUM_ARGS = (
     # and back() reloads the page from the shop, so it shows the current cart.
     "--disable-features=BackForwardCache,ProactivelySwapBrowsingInstance,RenderDocument",
 )
-#: Ways out of a page that Playwright's routes never see (WebRTC's TURN connections, WebTransport,
-#: and workers, whose WebSockets pass by ``route_web_socket``): the shop uses none, and every
-#: frame of an episode starts without them.
-UNROUTED_APIS = ("RTCPeerConnection", "webkitRTCPeerConnection", "WebTransport", "Worker", "SharedWorker")
+#: Ways out of a page that Playwright's request routes never see (WebSockets, WebRTC's TURN
+#: connections, WebTransport, and workers, which have WebSockets of their own): the shop uses
+#: none, and every frame of an episode starts without them.
+UNROUTED_APIS = (
+    "WebSocket",
+    "WebSocketStream",
+    "RTCPeerConnection",
+    "webkitRTCPeerConnection",
+    "WebTransport",
+    "Worker",
+    "SharedWorker",
+)
 VERBS = {"click": 1, "fill": 2, "select": 2, "press": 1, "scroll": 1, "back": 0, "goto": 1, "stop": 0}
 USAGE = (
     'Actions: click(ref), fill(ref, "text"), select(ref, "option"), press("Enter"), '
@@ -236,11 +244,6 @@ async def _refuse(route: Any) -> None:
     await _quietly(route.abort("blockedbyclient"))
 
 
-async def _refuse_socket(socket: Any) -> None:
-    """Close a WebSocket the page opens before it reaches any server."""
-    await _quietly(socket.close(code=1008, reason="this shop opens no connections"))
-
-
 async def _quietly(awaitable: Awaitable[Any]) -> None:
     """Await ``awaitable``, ignoring its failure: closing what may already be gone."""
     with contextlib.suppress(Exception):
@@ -360,7 +363,6 @@ class ShopBrowserEnv(ShopEnvBase):
         # (a pattern, unlike a function, is matched in Playwright's driver: the shop's own
         # requests never wait on this process)
         await self.context.route(re.compile(rf"^(?!{re.escape(self._site)}/)"), _refuse)
-        await self.context.route_web_socket("**", _refuse_socket)  # the shop opens none
         await self.context.add_init_script(";".join(f"delete globalThis.{api}" for api in UNROUTED_APIS))
         await self.context.add_cookies([{"name": "sid", "value": self.sid, "url": self._site}])
         self.page = await self.context.new_page()

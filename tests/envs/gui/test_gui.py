@@ -453,6 +453,7 @@ def test_without_a_network_namespace_the_desktop_warns(monkeypatch: pytest.Monke
 
     desktop_module._drop_root()  # cached before the failure is injected
     monkeypatch.setattr(desktop_module.subprocess, "run", fails)
+    monkeypatch.setattr(desktop_module.socket, "if_nameindex", lambda: [(1, "lo"), (2, "eth0")])
     with pytest.warns(UserWarning, match="the desktop shares this host's network"):
         assert desktop_module._private_network.__wrapped__() == []
 

@@ -234,7 +234,9 @@ ESCAPES = """async ([shop, other]) => {
         "http://example.com/"].map((url) => fetch(url, {mode: "no-cors", cache: "no-store"})
         .then(() => "ok", () => "refused")));
     document.body.append(Object.assign(new Image(), {src: other + "image"}));
-    new WebSocket(other.replace("http:", "ws:"));
+    for (const api of ["WebSocket", "WebSocketStream"]) {
+        try { new window[api](other.replace("http:", "ws:")); } catch (gone) {}
+    }
     const frame = document.body.appendChild(document.createElement("iframe")).contentWindow;
     const left = [window, frame].flatMap((w) => UNROUTED.filter((api) => api in w));
     await new Promise((done) => setTimeout(done, 300));
