@@ -182,11 +182,10 @@ def _http_protocol(client_limits: ClientLimits) -> type:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            peer = transport.get_extra_info("peername")
-            if most_connections and isinstance(peer, tuple):
-                self._client = peer[0]
-                open_by_client[peer[0]] += 1
-                if open_by_client[peer[0]] > most_connections:
+            if most_connections and self.client is not None:  # uvicorn's (host, port) of a TCP client
+                self._client = self.client[0]
+                open_by_client[self._client] += 1
+                if open_by_client[self._client] > most_connections:
                     self._refuse(f"This client has {most_connections} connections open to this server.")
                     return
             self._expect(head_timeout_s)

@@ -151,6 +151,15 @@ def host_tcp_server() -> Iterator[tuple[int, list[str]]]:
         srv.close()
 
 
+def peers_so_far(port: int, peers: list[str]) -> list[str]:
+    """The peers of :func:`host_tcp_server` ``(port, peers)`` up to now, then ``"127.0.0.2"``:
+    a connection from that address is accepted after anything queued before it, and told apart
+    from it."""
+    socket.create_connection(("127.0.0.1", port), source_address=("127.0.0.2", 0)).close()
+    eventually(lambda: "127.0.0.2" in peers)
+    return list(peers)
+
+
 def eventually(condition: Callable[[], bool], timeout_s: float = 15.0) -> None:
     """Wait until ``condition()`` holds (pool work happens in the background)."""
     deadline = time.monotonic() + timeout_s

@@ -336,10 +336,9 @@ def _private_network() -> list[str]:
     a plain network namespace (the desktop then drops to :data:`DESKTOP_UID`); otherwise one in
     a user namespace that maps the user to itself. Empty where neither may be made, with a
     warning unless this process has no network either (inside the sandboxes)."""
-    prefixes = [["unshare", "--net"]] if _drop_root() else [["unshare", "--net", "--map-current-user"]]
-    for prefix in prefixes:
-        if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
-            return prefix
+    prefix = ["unshare", "--net"] if _drop_root() else ["unshare", "--net", "--map-current-user"]
+    if subprocess.run([*prefix, "true"], capture_output=True).returncode == 0:
+        return prefix
     if any(name != "lo" for _, name in socket.if_nameindex()):
         warnings.warn(
             "the desktop shares this host's network (no network namespace may be made here): "

@@ -105,6 +105,7 @@ UNROUTED_APIS = (
     "Worker",
     "SharedWorker",
 )
+_WITHOUT_UNROUTED_APIS = ";".join(f"delete globalThis.{api}" for api in UNROUTED_APIS)
 VERBS = {"click": 1, "fill": 2, "select": 2, "press": 1, "scroll": 1, "back": 0, "goto": 1, "stop": 0}
 USAGE = (
     'Actions: click(ref), fill(ref, "text"), select(ref, "option"), press("Enter"), '
@@ -363,7 +364,7 @@ class ShopBrowserEnv(ShopEnvBase):
         # (a pattern, unlike a function, is matched in Playwright's driver: the shop's own
         # requests never wait on this process)
         await self.context.route(re.compile(rf"^(?!{re.escape(self._site)}/)"), _refuse)
-        await self.context.add_init_script(";".join(f"delete globalThis.{api}" for api in UNROUTED_APIS))
+        await self.context.add_init_script(_WITHOUT_UNROUTED_APIS)
         await self.context.add_cookies([{"name": "sid", "value": self.sid, "url": self._site}])
         self.page = await self.context.new_page()
         self.page.on("dialog", self._on_dialog)
